@@ -1,0 +1,82 @@
+// swift-tools-version: 6.0
+import PackageDescription
+
+let strictness: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
+
+let package = Package(
+    name: "sttd",
+    platforms: [.macOS(.v15)],
+    products: [
+        .executable(name: "sttd", targets: ["sttd"]),
+        .executable(name: "sttctl", targets: ["sttctl"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+    ],
+    targets: [
+        // C libraries from Debian's -dev packages.
+        .systemLibrary(
+            name: "CDBus", pkgConfig: "dbus-1", providers: [.apt(["libdbus-1-dev"])]),
+        .systemLibrary(
+            name: "CPulse", pkgConfig: "libpulse", providers: [.apt(["libpulse-dev"])]),
+        .systemLibrary(
+            name: "CPocketSphinx", pkgConfig: "pocketsphinx",
+            providers: [.apt(["libpocketsphinx-dev", "libsphinxbase-dev"])]),
+
+        .target(
+            name: "DBus",
+            dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictness),
+        .target(
+            name: "Capture",
+            dependencies: ["CPulse", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictness),
+        .target(
+            name: "Recognition",
+            dependencies: ["CPocketSphinx", "Capture", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictness),
+        .target(
+            name: "Service",
+            dependencies: [
+                "DBus", "Capture", "Recognition",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
+            ],
+            swiftSettings: strictness),
+        .target(
+            name: "Control",
+            dependencies: [
+                "DBus",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictness),
+        .executableTarget(
+            name: "sttd",
+            dependencies: [
+                "Service",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            ],
+            swiftSettings: strictness),
+        .executableTarget(name: "sttctl", dependencies: ["Control"], swiftSettings: strictness),
+
+        .target(
+            name: "TestSupport", dependencies: ["DBus"], path: "Tests/TestSupport",
+            swiftSettings: strictness),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"], swiftSettings: strictness),
+        .testTarget(
+            name: "CaptureTests", dependencies: ["Capture", "TestSupport"], swiftSettings: strictness),
+        .testTarget(
+            name: "RecognitionTests", dependencies: ["Recognition", "TestSupport"],
+            swiftSettings: strictness),
+        .testTarget(
+            name: "ServiceTests", dependencies: ["Service", "TestSupport"], swiftSettings: strictness),
+        .testTarget(
+            name: "IntegrationTests", dependencies: ["DBus", "Service", "TestSupport"],
+            swiftSettings: strictness),
+    ],
+    swiftLanguageModes: [.v6]
+)

@@ -1,0 +1,2 @@
+#pragma once
+#include <dbus/dbus.h>

@@ -1,0 +1,3 @@
+#pragma once
+#include <pocketsphinx.h>
+#include <sphinxbase/err.h>

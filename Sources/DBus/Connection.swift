@@ -1,0 +1,468 @@
+import CDBus
+import Foundation
+import Synchronization
+
+/// A signal received from the bus.
+public struct DBusSignalMessage: Sendable {
+    public var sender: String
+    public var path: String
+    public var interface: String
+    public var member: String
+    public var arguments: [DBusValue]
+}
+
+/// A connection to a message bus.
+///
+/// One thread owns the libdbus connection and makes every libdbus call on it (see
+/// architecture.md): it polls the connection's file descriptors plus an eventfd that other
+/// threads use to hand it work. Nothing here blocks the caller; the process never exits because
+/// the bus went away.
+public final class DBusConnection: Sendable {
+    /// Which bus to connect to.
+    public enum Bus: Sendable {
+        /// The session bus from `DBUS_SESSION_BUS_ADDRESS`.
+        case session
+        /// A bus at an explicit address, e.g. `unix:path=/run/user/1000/bus`.
+        case address(String)
+    }
+
+    let loop: ConnectionLoop
+    /// The unique name the bus gave this connection, e.g. `:1.42`.
+    public let uniqueName: String
+
+    private init(loop: ConnectionLoop, uniqueName: String) {
+        self.loop = loop
+        self.uniqueName = uniqueName
+    }
+
+    /// Connects and registers with the bus, on the connection's own thread.
+    public static func connect(to bus: Bus = .session) async throws(DBusError) -> DBusConnection {
+        let loop = try ConnectionLoop()
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<String, DBusError>, Never>) in
+            let thread = Thread { loop.run(bus: bus, ready: { continuation.resume(returning: $0) }) }
+            thread.name = "dbus"
+            thread.start()
+        }
+        return DBusConnection(loop: loop, uniqueName: try result.get())
+    }
+
+    /// Whether the connection is still up.
+    public var isConnected: Bool { !loop.hasEnded }
+
+    /// Returns when the connection has gone away, because the bus dropped it or ``close()`` was called.
+    public func waitUntilDisconnected() async { await loop.waitUntilEnded() }
+
+    /// Closes the connection after sending what is queued.
+    public func close() { loop.requestClose() }
+
+    /// Calls a method and returns its reply's arguments; an error reply is thrown.
+    public func call(
+        destination: String, path: String, interface: String?, member: String,
+        arguments: [DBusValue] = [], timeout: Duration = .seconds(25)
+    ) async throws(DBusError) -> [DBusValue] {
+        let message = try Message.methodCall(
+            destination: destination, path: path, interface: interface, member: member)
+        try message.append(arguments)
+        let timeoutMilliseconds = Int32(clamping: timeout.components.seconds * 1000)
+        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<[DBusValue], DBusError>, Never>) in
+            let box = PendingReply { continuation.resume(returning: $0) }
+            let queued = loop.perform { loop in loop.sendWithReply(message, timeout: timeoutMilliseconds, box: box) }
+            if !queued { box.complete(.failure(.disconnected("the bus connection is closed"))) }
+        }
+        return try result.get()
+    }
+
+    /// Sends a signal (queued; returns at once).
+    public func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue])
+        throws(DBusError)
+    {
+        let message = try Message.signal(path: path, interface: interface, member: member)
+        try message.append(arguments)
+        _ = loop.perform { loop in loop.send(message) }
+    }
+
+    /// Asks the bus for a well-known name; returns the `DBUS_REQUEST_NAME_REPLY_*` code.
+    public func requestName(_ name: String, doNotQueue: Bool = true) async throws(DBusError) -> UInt32 {
+        try Validate.busName(name)
+        let flags: UInt32 = doNotQueue ? UInt32(DBUS_NAME_FLAG_DO_NOT_QUEUE) : 0
+        let reply = try await call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: "RequestName",
+            arguments: [.string(name), .uint32(flags)])
+        guard let code = reply.first?.uint32 else { throw .failed("RequestName gave an unexpected reply") }
+        return code
+    }
+
+    /// Exports an object; its methods are served from now on.
+    public func export(_ object: DBusObject) {
+        object.attach(to: loop)
+        _ = loop.perform { loop in loop.objects[object.path] = object }
+    }
+
+    /// Subscribes to signals. The stream ends when the connection closes.
+    public func signals(
+        sender: String? = nil, path: String? = nil, interface: String? = nil, member: String? = nil
+    ) async throws(DBusError) -> AsyncStream<DBusSignalMessage> {
+        var rule = ["type='signal'"]
+        if let sender { try Validate.busName(sender); rule.append("sender='\(sender)'") }
+        if let path { try Validate.path(path); rule.append("path='\(path)'") }
+        if let interface { try Validate.interface(interface); rule.append("interface='\(interface)'") }
+        if let member { try Validate.member(member); rule.append("member='\(member)'") }
+        let matchRule = rule.joined(separator: ",")
+        let (stream, continuation) = AsyncStream<DBusSignalMessage>.makeStream(bufferingPolicy: .bufferingNewest(1024))
+        let subscription = SignalSubscription(
+            path: path, interface: interface, member: member, continuation: continuation)
+        let id = subscription.id
+        guard loop.perform({ loop in loop.subscriptions[id] = subscription }) else {
+            continuation.finish()
+            return stream
+        }
+        continuation.onTermination = { [loop] _ in
+            _ = loop.perform { loop in loop.subscriptions[id] = nil }
+        }
+        _ = try await call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", member: "AddMatch", arguments: [.string(matchRule)])
+        return stream
+    }
+}
+
+/// One subscriber to signals.
+struct SignalSubscription: Sendable {
+    private static let nextID = Atomic<UInt64>(0)
+    let id = SignalSubscription.nextID.add(1, ordering: .relaxed).newValue
+    let path: String?
+    let interface: String?
+    let member: String?
+    let continuation: AsyncStream<DBusSignalMessage>.Continuation
+
+    func matches(_ message: Message) -> Bool {
+        (path == nil || path == message.path) && (interface == nil || interface == message.interface)
+            && (member == nil || member == message.member)
+    }
+}
+
+/// A reply not yet received; completes exactly once.
+final class PendingReply: Sendable {
+    private let handler: Mutex<(@Sendable (Result<[DBusValue], DBusError>) -> Void)?>
+    init(_ handler: @escaping @Sendable (Result<[DBusValue], DBusError>) -> Void) {
+        self.handler = Mutex(handler)
+    }
+    func complete(_ result: Result<[DBusValue], DBusError>) {
+        let handler = self.handler.withLock { handler in
+            defer { handler = nil }
+            return handler
+        }
+        handler?(result)
+    }
+}
+
+/// The owner thread's event loop around one libdbus connection.
+///
+/// `@unchecked Sendable`: the properties marked "owner thread" are read and written only on the
+/// thread running ``run(bus:ready:)``; other threads reach them only through ``perform(_:)``,
+/// which queues a job under `jobs`' lock and wakes the thread through the eventfd.
+final class ConnectionLoop: @unchecked Sendable {
+    typealias Job = @Sendable (ConnectionLoop) -> Void
+
+    private struct Shared {
+        var jobs: [Job] = []
+        var ended = false
+        var closeRequested = false
+        var endWaiters: [CheckedContinuation<Void, Never>] = []
+    }
+    private let shared = Mutex(Shared())
+    // A self-pipe: other threads write a byte to wake the owner thread out of poll().
+    private let wakeFD: Int32
+    private let wakeWriteFD: Int32
+
+    // Owner thread only.
+    private(set) var raw: OpaquePointer?
+    private var watches: [OpaquePointer] = []
+    private var timeouts: [OpaquePointer: ContinuousClock.Instant] = [:]
+    var objects: [String: DBusObject] = [:]
+    var subscriptions: [UInt64: SignalSubscription] = [:]
+    private var disconnected = false
+
+    init() throws(DBusError) {
+        dbus_threads_init_default()
+        var fds: [Int32] = [0, 0]
+        guard pipe(&fds) == 0 else { throw .failed("cannot create a pipe: \(String(cString: strerror(errno)))") }
+        for fd in fds {
+            _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+            _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        }
+        (wakeFD, wakeWriteFD) = (fds[0], fds[1])
+    }
+
+    deinit {
+        close(wakeFD)
+        close(wakeWriteFD)
+    }
+
+    var hasEnded: Bool { shared.withLock { $0.ended } }
+
+    /// Queues a job for the owner thread; false if the loop has ended.
+    @discardableResult
+    func perform(_ job: @escaping Job) -> Bool {
+        let queued = shared.withLock { shared -> Bool in
+            guard !shared.ended else { return false }
+            shared.jobs.append(job)
+            return true
+        }
+        if queued { wake() }
+        return queued
+    }
+
+    func requestClose() {
+        shared.withLock { $0.closeRequested = true }
+        wake()
+    }
+
+    func waitUntilEnded() async {
+        await withCheckedContinuation { continuation in
+            let ended = shared.withLock { shared -> Bool in
+                if !shared.ended { shared.endWaiters.append(continuation) }
+                return shared.ended
+            }
+            if ended { continuation.resume() }
+        }
+    }
+
+    private func wake() {
+        var byte: UInt8 = 1
+        _ = write(wakeWriteFD, &byte, 1)
+    }
+
+    // MARK: Owner thread
+
+    func send(_ message: Message) {
+        guard let raw, !disconnected else { return }
+        dbus_connection_send(raw, message.raw, nil)
+    }
+
+    func sendWithReply(_ message: Message, timeout: Int32, box: PendingReply) {
+        guard let raw, !disconnected else {
+            box.complete(.failure(.disconnected("the bus connection is closed")))
+            return
+        }
+        var pending: OpaquePointer? = nil
+        guard dbus_connection_send_with_reply(raw, message.raw, &pending, timeout) != 0, let pending else {
+            box.complete(.failure(.disconnected("the bus connection is closed")))
+            return
+        }
+        let userData = Unmanaged.passRetained(box).toOpaque()
+        dbus_pending_call_set_notify(
+            pending,
+            { pending, userData in
+                let box = Unmanaged<PendingReply>.fromOpaque(userData!).takeUnretainedValue()
+                guard let reply = dbus_pending_call_steal_reply(pending).map(Message.init(adopting:)) else {
+                    box.complete(.failure(.noReply("no reply")))
+                    return
+                }
+                if reply.type == DBUS_MESSAGE_TYPE_ERROR {
+                    let text = reply.arguments().first?.string ?? ""
+                    box.complete(.failure(DBusError(name: reply.errorName ?? "org.freedesktop.DBus.Error.Failed", message: text)))
+                } else {
+                    box.complete(.success(reply.arguments()))
+                }
+            }, userData,
+            { userData in Unmanaged<PendingReply>.fromOpaque(userData!).release() })
+        dbus_pending_call_unref(pending)
+    }
+
+    func run(bus: DBusConnection.Bus, ready: (Result<String, DBusError>) -> Void) {
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        let connection: OpaquePointer?
+        switch bus {
+        case .session:
+            connection = dbus_bus_get_private(DBUS_BUS_SESSION, &error)
+        case .address(let address):
+            connection = dbus_connection_open_private(address, &error)
+            if let connection, dbus_bus_register(connection, &error) == 0 {
+                dbus_connection_close(connection)
+                dbus_connection_unref(connection)
+                return fail(ready, error, bus: bus)
+            }
+        }
+        guard let connection else { return fail(ready, error, bus: bus) }
+        raw = connection
+        dbus_connection_set_exit_on_disconnect(connection, 0)
+        install(on: connection)
+        ready(.success(dbus_bus_get_unique_name(connection).map { String(cString: $0) } ?? ""))
+        loop()
+        teardown()
+    }
+
+    private func fail(_ ready: (Result<String, DBusError>) -> Void, _ error: CDBus.DBusError, bus: DBusConnection.Bus) {
+        let detail = error.message.map { String(cString: $0) } ?? "unknown error"
+        let hint =
+            switch bus {
+            case .session: "is a session bus running and DBUS_SESSION_BUS_ADDRESS set?"
+            case .address: "is the bus address right?"
+            }
+        shared.withLock { $0.ended = true }
+        ready(.failure(DBusError(name: "org.freedesktop.DBus.Error.NoServer", message: "cannot connect to the D-Bus bus: \(detail) (\(hint))")))
+    }
+
+    private func install(on connection: OpaquePointer) {
+        let me = Unmanaged.passUnretained(self).toOpaque()
+        dbus_connection_set_watch_functions(
+            connection,
+            { watch, data in
+                ConnectionLoop.from(data).watches.append(watch!)
+                return 1
+            },
+            { watch, data in ConnectionLoop.from(data).watches.removeAll { $0 == watch } },
+            nil, me, nil)
+        dbus_connection_set_timeout_functions(
+            connection,
+            { timeout, data in
+                ConnectionLoop.from(data).timeouts[timeout!] = ConnectionLoop.deadline(of: timeout!)
+                return 1
+            },
+            { timeout, data in ConnectionLoop.from(data).timeouts[timeout!] = nil },
+            { timeout, data in ConnectionLoop.from(data).timeouts[timeout!] = ConnectionLoop.deadline(of: timeout!) },
+            me, nil)
+        dbus_connection_set_wakeup_main_function(connection, { data in ConnectionLoop.from(data).wake() }, me, nil)
+        dbus_connection_add_filter(
+            connection, { _, message, data in ConnectionLoop.from(data).filter(message!) }, me, nil)
+        var vtable = DBusObjectPathVTable()
+        vtable.message_function = { _, message, data in
+            ConnectionLoop.from(data).dispatchToObject(Message(retaining: message!))
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
+        dbus_connection_register_fallback(connection, "/", &vtable, me)
+    }
+
+    private static func from(_ data: UnsafeMutableRawPointer?) -> ConnectionLoop {
+        Unmanaged<ConnectionLoop>.fromOpaque(data!).takeUnretainedValue()
+    }
+
+    private static func deadline(of timeout: OpaquePointer) -> ContinuousClock.Instant {
+        .now + .milliseconds(Int(dbus_timeout_get_interval(timeout)))
+    }
+
+    private func filter(_ raw: OpaquePointer) -> DBusHandlerResult {
+        let message = Message(retaining: raw)
+        guard message.type == DBUS_MESSAGE_TYPE_SIGNAL else { return DBUS_HANDLER_RESULT_NOT_YET_HANDLED }
+        if message.interface == "org.freedesktop.DBus.Local", message.member == "Disconnected" {
+            disconnected = true
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
+        let interested = subscriptions.values.filter { $0.matches(message) }
+        if !interested.isEmpty {
+            let signal = DBusSignalMessage(
+                sender: message.sender ?? "", path: message.path ?? "", interface: message.interface ?? "",
+                member: message.member ?? "", arguments: message.arguments())
+            for subscription in interested { subscription.continuation.yield(signal) }
+        }
+        return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+    }
+
+    private func dispatchToObject(_ message: Message) {
+        guard message.type == DBUS_MESSAGE_TYPE_METHOD_CALL, let path = message.path else { return }
+        if let object = objects[path] {
+            object.handle(message)
+            return
+        }
+        let responder = Responder(message: message, loop: self)
+        if message.interface == "org.freedesktop.DBus.Introspectable" && message.member == "Introspect" {
+            let prefix = path == "/" ? "/" : path + "/"
+            let children = Set(
+                objects.keys.filter { $0.hasPrefix(prefix) }.compactMap {
+                    $0.dropFirst(prefix.count).split(separator: "/").first.map(String.init)
+                })
+            if !children.isEmpty {
+                responder.reply([.string(Introspection.node(children: children.sorted()))])
+                return
+            }
+        }
+        responder.fail(.unknownObject("No object at path \(path)"))
+    }
+
+    private func loop() {
+        while true {
+            let (jobs, closeRequested) = shared.withLock { shared -> ([Job], Bool) in
+                defer { shared.jobs.removeAll() }
+                return (shared.jobs, shared.closeRequested)
+            }
+            for job in jobs { job(self) }
+            dispatchAll()
+            if disconnected { break }
+            if closeRequested {
+                if let raw { dbus_connection_flush(raw) }
+                break
+            }
+            pollOnce()
+        }
+    }
+
+    private func dispatchAll() {
+        guard let raw else { return }
+        while dbus_connection_dispatch(raw) == DBUS_DISPATCH_DATA_REMAINS {}
+    }
+
+    private func pollOnce() {
+        let active = watches.filter { dbus_watch_get_enabled($0) != 0 }
+        var fds = [pollfd(fd: wakeFD, events: Int16(POLLIN), revents: 0)]
+        for watch in active {
+            let flags = dbus_watch_get_flags(watch)
+            var events: Int16 = 0
+            if flags & DBUS_WATCH_READABLE.rawValue != 0 { events |= Int16(POLLIN) }
+            if flags & DBUS_WATCH_WRITABLE.rawValue != 0 { events |= Int16(POLLOUT) }
+            fds.append(pollfd(fd: dbus_watch_get_unix_fd(watch), events: events, revents: 0))
+        }
+        let now = ContinuousClock.now
+        let enabledDeadlines = timeouts.filter { dbus_timeout_get_enabled($0.key) != 0 }.map(\.value)
+        var waitMilliseconds: Int32 = -1
+        if let earliest = enabledDeadlines.min() {
+            let remaining = now.duration(to: earliest)
+            waitMilliseconds = remaining <= .zero ? 0 : Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
+        }
+        let count = poll(&fds, nfds_t(fds.count), waitMilliseconds)
+        if count < 0 { return }  // EINTR: go round again
+        if fds[0].revents != 0 {
+            var sink = [UInt8](repeating: 0, count: 256)
+            while read(wakeFD, &sink, sink.count) > 0 {}
+        }
+        for (index, watch) in active.enumerated() {
+            let revents = fds[index + 1].revents
+            guard revents != 0, watches.contains(watch) else { continue }
+            var flags: UInt32 = 0
+            if revents & Int16(POLLIN) != 0 { flags |= DBUS_WATCH_READABLE.rawValue }
+            if revents & Int16(POLLOUT) != 0 { flags |= DBUS_WATCH_WRITABLE.rawValue }
+            if revents & Int16(POLLERR) != 0 { flags |= DBUS_WATCH_ERROR.rawValue }
+            if revents & Int16(POLLHUP) != 0 { flags |= DBUS_WATCH_HANGUP.rawValue }
+            dbus_watch_handle(watch, flags)
+        }
+        let expired = ContinuousClock.now
+        for (timeout, deadline) in timeouts where deadline <= expired && dbus_timeout_get_enabled(timeout) != 0 {
+            timeouts[timeout] = ConnectionLoop.deadline(of: timeout)
+            dbus_timeout_handle(timeout)
+        }
+    }
+
+    private func teardown() {
+        let (jobs, waiters) = shared.withLock { shared -> ([Job], [CheckedContinuation<Void, Never>]) in
+            shared.ended = true
+            defer { shared.jobs.removeAll(); shared.endWaiters.removeAll() }
+            return (shared.jobs, shared.endWaiters)
+        }
+        disconnected = true
+        // Jobs queued while ending fail fast (send paths check `disconnected`).
+        for job in jobs { job(self) }
+        for subscription in subscriptions.values { subscription.continuation.finish() }
+        subscriptions.removeAll()
+        if let raw {
+            dbus_connection_close(raw)
+            dispatchAll()  // completes pending calls with errors
+            dbus_connection_unref(raw)
+        }
+        raw = nil
+        objects.removeAll()
+        for waiter in waiters { waiter.resume() }
+    }
+}

@@ -1,0 +1,104 @@
+/// Introspection XML generated from interface declarations.
+public enum Introspection {
+    static let header = """
+        <!DOCTYPE node PUBLIC "-//freedesktop//DTD D-BUS Object Introspection 1.0//EN"
+         "http://www.freedesktop.org/standards/dbus/1.0/introspect.dtd">
+
+        """
+
+    static let standard = """
+          <interface name="org.freedesktop.DBus.Peer">
+            <method name="Ping"/>
+            <method name="GetMachineId">
+              <arg name="machine_uuid" type="s" direction="out"/>
+            </method>
+          </interface>
+          <interface name="org.freedesktop.DBus.Introspectable">
+            <method name="Introspect">
+              <arg name="xml_data" type="s" direction="out"/>
+            </method>
+          </interface>
+          <interface name="org.freedesktop.DBus.Properties">
+            <method name="Get">
+              <arg name="interface_name" type="s" direction="in"/>
+              <arg name="property_name" type="s" direction="in"/>
+              <arg name="value" type="v" direction="out"/>
+            </method>
+            <method name="GetAll">
+              <arg name="interface_name" type="s" direction="in"/>
+              <arg name="props" type="a{sv}" direction="out"/>
+            </method>
+            <method name="Set">
+              <arg name="interface_name" type="s" direction="in"/>
+              <arg name="property_name" type="s" direction="in"/>
+              <arg name="value" type="v" direction="in"/>
+            </method>
+            <signal name="PropertiesChanged">
+              <arg name="interface_name" type="s"/>
+              <arg name="changed_properties" type="a{sv}"/>
+              <arg name="invalidated_properties" type="as"/>
+            </signal>
+          </interface>
+
+        """
+
+    /// The full document an object answers `Introspect` with.
+    static func object(_ interfaces: [DBusInterface]) -> String {
+        header + "<node>\n" + standard + interfaces.map { xml(for: $0) }.joined() + "</node>\n"
+    }
+
+    /// A node that only lists children (for the path's ancestors, so tools can walk the tree).
+    static func node(children: [String]) -> String {
+        header + "<node>\n" + standard + children.map { "  <node name=\"\($0)\"/>\n" }.joined() + "</node>\n"
+    }
+
+    /// A document describing only the given interfaces, as installed to `dbus-1/interfaces`.
+    public static func document(_ interfaces: [DBusInterface]) -> String {
+        header + "<node>\n" + interfaces.map { xml(for: $0) }.joined() + "</node>\n"
+    }
+
+    /// The `<interface>` element of one interface, indented for a `<node>`.
+    public static func xml(for interface: DBusInterface) -> String {
+        var out = "  <interface name=\"\(interface.name)\">\n"
+        for method in interface.methods {
+            let arguments =
+                method.inputs.map { ($0, "in") } + method.outputs.map { ($0, "out") }
+            if arguments.isEmpty {
+                out += "    <method name=\"\(method.name)\"/>\n"
+                continue
+            }
+            out += "    <method name=\"\(method.name)\">\n"
+            for (argument, direction) in arguments {
+                out += "      <arg name=\"\(argument.name)\" type=\"\(escape(argument.type.signature))\" direction=\"\(direction)\"/>\n"
+            }
+            out += "    </method>\n"
+        }
+        for property in interface.properties {
+            let open = "    <property name=\"\(property.name)\" type=\"\(escape(property.type.signature))\" access=\"\(property.access)\""
+            if property.changeSignal == .emits {
+                out += open + "/>\n"
+            } else {
+                out += open + ">\n"
+                out += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changeSignal.rawValue)\"/>\n"
+                out += "    </property>\n"
+            }
+        }
+        for signal in interface.signals {
+            if signal.arguments.isEmpty {
+                out += "    <signal name=\"\(signal.name)\"/>\n"
+                continue
+            }
+            out += "    <signal name=\"\(signal.name)\">\n"
+            for argument in signal.arguments {
+                out += "      <arg name=\"\(argument.name)\" type=\"\(escape(argument.type.signature))\"/>\n"
+            }
+            out += "    </signal>\n"
+        }
+        return out + "  </interface>\n"
+    }
+
+    private static func escape(_ text: String) -> String {
+        text.replacing("&", with: "&amp;").replacing("<", with: "&lt;").replacing(">", with: "&gt;")
+            .replacing("\"", with: "&quot;")
+    }
+}

@@ -1,0 +1,80 @@
+import Capture
+
+/// One result from a recognizer: an interim guess or a final that never changes.
+public struct RecognitionResult: Sendable, Equatable {
+    public var text: String
+    public var isFinal: Bool
+
+    public init(text: String, isFinal: Bool) {
+        self.text = text
+        self.isFinal = isFinal
+    }
+}
+
+/// What a session is asked to recognize.
+public struct SessionOptions: Sendable, Equatable {
+    public var language: String
+    public var interimResults: Bool
+    public var keyterms: [String]
+
+    public init(language: String = "en-US", interimResults: Bool = true, keyterms: [String] = []) {
+        self.language = language
+        self.interimResults = interimResults
+        self.keyterms = keyterms
+    }
+}
+
+/// Why recognition could not start or went on.
+public struct RecognitionError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The kind of failure, mapped once to a D-Bus error name by the service.
+    public enum Kind: Sendable, Equatable {
+        /// Credentials are missing or were refused.
+        case notAuthorized
+        /// The engine or server cannot be reached or started (e.g. a missing model).
+        case backendUnavailable
+        /// The configuration cannot work.
+        case invalidConfiguration
+        /// Anything else.
+        case failed
+    }
+
+    public var kind: Kind
+    public var message: String
+
+    public init(_ kind: Kind, _ message: String) {
+        self.kind = kind
+        self.message = message
+    }
+
+    public var description: String { message }
+}
+
+/// The recognizer's view of whether it may and can work (as Apple's `SFSpeechRecognizerAuthorizationStatus`).
+public enum RecognizerAuthorization: String, Sendable {
+    case notDetermined, authorized, denied, restricted
+}
+
+/// A speech recognizer: the offline engine or a streaming client.
+public protocol Recognizer: Sendable {
+    /// Checks now whether sessions can start (model loaded, credentials accepted).
+    func authorize() async -> (RecognizerAuthorization, RecognitionError?)
+
+    /// Starts a session; returns once it accepts audio.
+    func startSession(_ options: SessionOptions) async throws(RecognitionError) -> any RecognitionSession
+}
+
+/// One recognition session: audio in, results out.
+public protocol RecognitionSession: Sendable {
+    /// Results in order. Ends after ``finish()`` once every final is out, or throws a
+    /// ``RecognitionError`` if the session fails.
+    var results: AsyncThrowingStream<RecognitionResult, any Error> { get }
+
+    /// Hands over audio; never blocks.
+    func send(_ chunk: AudioChunk)
+
+    /// No more audio: recognize what was sent, deliver the last finals, then end ``results``.
+    func finish()
+
+    /// Stop at once; ``results`` ends soon and pending interim text is dropped.
+    func cancel()
+}

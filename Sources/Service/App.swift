@@ -1,0 +1,162 @@
+import DBus
+import Foundation
+import Logging
+import Recognition
+import ServiceLifecycle
+import Synchronization
+
+/// What `sttd` does, callable from its thin `@main` and from tests.
+public enum SttdApp {
+    /// Exit codes (sysexits.h where one fits).
+    public enum ExitCode {
+        public static let success: Int32 = 0
+        public static let failure: Int32 = 1
+        public static let configuration: Int32 = 78  // EX_CONFIG
+    }
+
+    /// Loads the configuration, owns the bus name and serves until SIGTERM/SIGINT or the bus goes away.
+    public static func run(configPath: String?, environment: [String: String] = ProcessInfo.processInfo.environment) async
+        -> Int32
+    {
+        var logger = Logger(label: "sttd")
+        logger.logLevel = environment["STTD_LOG_LEVEL"].flatMap(Logger.Level.init(rawValue:)) ?? .info
+
+        let location = Configuration.path(explicit: configPath, environment: environment)
+        let configuration: Configuration
+        do {
+            configuration = try Configuration.load(path: location.path, isExplicit: location.isExplicit)
+        } catch {
+            printError("sttd: invalid configuration: \(error.message)")
+            return ExitCode.configuration
+        }
+
+        let connection: DBusConnection
+        do {
+            connection = try await DBusConnection.connect(to: .session)
+        } catch {
+            printError("sttd: \(error.message)")
+            return ExitCode.failure
+        }
+
+        let recognizer = PocketSphinxRecognizer(
+            modelDirectory: configuration.local.modelDirectory, logger: logger, validator: ModelCheck.inChildProcess)
+        let service = SpeechService(configuration: configuration, localRecognizer: recognizer, logger: logger)
+        let object: DBusObject
+        do {
+            object = try DBusObject(
+                path: SpeechBus.path, interfaces: [SpeechInterface.make(service: service, configuration: configuration)])
+        } catch {
+            printError("sttd: internal error declaring the D-Bus object: \(error.message)")
+            return ExitCode.failure
+        }
+        await service.attach(object)
+        // Export first, then take the name, so the first activated call finds the object.
+        connection.export(object)
+        do {
+            let reply = try await connection.requestName(SpeechBus.name)
+            guard reply == 1 else {  // DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER
+                printError(
+                    "sttd: \(SpeechBus.name) is already owned on this bus: another sttd is running (see `systemctl --user status sttd`).")
+                connection.close()
+                return ExitCode.failure
+            }
+        } catch {
+            printError("sttd: cannot own \(SpeechBus.name): \(error.message)")
+            return ExitCode.failure
+        }
+        logger.info("serving", metadata: ["name": "\(SpeechBus.name)", "version": "\(SttdVersion.string)", "config": "\(location.path)"])
+
+        let bus = BusService(connection: connection)
+        let speech = SpeechRunner(service: service)
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [
+                    .init(service: bus, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+                    .init(service: speech),
+                ],
+                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do {
+            try await group.run()
+            return ExitCode.success
+        } catch {
+            logger.error("stopped", metadata: ["reason": "\(error)"])
+            return ExitCode.failure
+        }
+    }
+
+    static func printError(_ message: String) {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+    }
+}
+
+/// The bus connection as a service: ends the group when the bus goes away.
+struct BusService: Service {
+    struct BusLost: Error, CustomStringConvertible {
+        var description: String { "the D-Bus connection was lost" }
+    }
+
+    let connection: DBusConnection
+
+    func run() async throws {
+        let shuttingDown = Atomic<Bool>(false)
+        await withGracefulShutdownHandler {
+            await connection.waitUntilDisconnected()
+        } onGracefulShutdown: {
+            shuttingDown.store(true, ordering: .relaxed)
+            connection.close()
+        }
+        // Losing the bus unasked is an error, so systemd restarts the service.
+        if !shuttingDown.load(ordering: .relaxed) { throw BusLost() }
+    }
+}
+
+/// The speech service's lifetime: prepare at start, end any session at shutdown.
+struct SpeechRunner: Service {
+    let service: SpeechService
+
+    func run() async throws {
+        await service.prepare()
+        try? await gracefulShutdown()
+        await service.shutdown()
+    }
+}
+
+/// Checks a pocketsphinx model in a child process: pocketsphinx calls `exit()` on some corrupt
+/// models, which must not take the service down.
+public enum ModelCheck {
+    public static let flag = "--check-model"
+
+    /// Runs `sttd --check-model DIR` and reports whether it loaded the model.
+    @Sendable public static func inChildProcess(_ directory: String) async -> Bool {
+        await withCheckedContinuation { continuation in
+            // waitpid blocks, so it gets a thread of its own rather than a pool thread.
+            let thread = Thread { continuation.resume(returning: runChild(arguments: [flag, directory])) }
+            thread.name = "model-check"
+            thread.start()
+        }
+    }
+
+    private static func runChild(arguments: [String]) -> Bool {
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        for fd in [Int32(0), 1, 2] {
+            posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
+        }
+        var attributes = posix_spawnattr_t()
+        posix_spawnattr_init(&attributes)
+        defer { posix_spawnattr_destroy(&attributes) }
+        var noSignals = sigset_t()
+        sigemptyset(&noSignals)
+        posix_spawnattr_setsigmask(&attributes, &noSignals)
+        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
+        let argv = (["sttd"] + arguments).map { strdup($0) } + [nil]
+        defer { argv.forEach { free($0) } }
+        var pid: pid_t = 0
+        guard posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, argv, environ) == 0 else { return false }
+        var status: Int32 = 0
+        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        // Exited normally (no signal) with status 0.
+        return status & 0x7f == 0 && (status >> 8) & 0xff == 0
+    }
+}

@@ -1,0 +1,34 @@
+import ArgumentParser
+import Foundation
+import Recognition
+import Service
+
+/// The sttd service executable; all logic lives in the Service library.
+@main
+struct Sttd: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "sttd",
+        abstract: "Speech-to-text for the Linux desktop, as a D-Bus service (io.github.sttd.Speech1).",
+        version: SttdVersion.string)
+
+    @Option(help: "Read the configuration from this file (default: $STTD_CONFIG, then $XDG_CONFIG_HOME/sttd/config.toml).")
+    var config: String?
+
+    @Flag(help: "Print the D-Bus interface XML and exit.")
+    var printIntrospection = false
+
+    @Option(name: .customLong("check-model"), help: .hidden)
+    var checkModel: String?
+
+    func run() async throws {
+        if printIntrospection {
+            print(SpeechInterface.document, terminator: "")
+            return
+        }
+        if let checkModel {
+            throw ExitCode(PocketSphinxRecognizer.checkModel(directory: checkModel) ? 0 : 1)
+        }
+        let status = await SttdApp.run(configPath: config)
+        if status != 0 { throw ExitCode(status) }
+    }
+}

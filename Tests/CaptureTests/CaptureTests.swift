@@ -1,0 +1,86 @@
+import Capture
+import Foundation
+import Logging
+import Testing
+import TestSupport
+
+@Suite("Level meter")
+struct LevelMeterTests {
+    @Test func readsFullScaleAndSilence() {
+        var meter = LevelMeter(interval: .milliseconds(100))
+        let loud = AudioChunk(samples: (0..<800).map { $0 % 2 == 0 ? Int16.max : Int16.min + 1 })
+        #expect(meter.add(loud) == nil, "half an interval gives no reading yet")
+        let level = meter.add(loud)
+        #expect(level.map { abs($0) < 0.01 } == true, "full-scale square wave is 0 dBFS, got \(String(describing: level))")
+        let silence = AudioChunk(samples: Array(repeating: 0, count: 1600))
+        #expect(meter.add(silence) == -96)
+    }
+}
+
+@Suite("PulseAudio capture against a headless server", .serialized)
+struct PulseCaptureTests {
+    let pulse: HeadlessPulse
+    let logger = Logger(label: "test")
+
+    init() throws { pulse = try HeadlessPulse() }
+
+    @Test func listsTheVirtualMicrophoneAsDefault() async throws {
+        let sources = try await PulseAudio.sources(server: pulse.server)
+        let mic = try #require(sources.first { $0.name == "mic.monitor" })
+        #expect(mic.isDefault)
+        #expect(!mic.description.isEmpty)
+    }
+
+    @Test func capturesPlayedSpeechInChunksWithStreamProperties() async throws {
+        let recording = try LibriVox.recordings()[1]
+        let capture = try await PulseAudio.capture(source: nil, server: pulse.server, logger: logger)
+        let pactl = try requireTool("pactl", package: "pulseaudio-utils")
+        let outputs = try run(pactl, ["list", "source-outputs"], environment: pulse.environmentForClients())
+        for property in ["application.name = \"sttd\"", "application.id = \"io.github.sttd\"", "media.role = \"production\""] {
+            #expect(outputs.stdout.contains(property), "\(property) in \(outputs.stdout)")
+        }
+        try pulse.play(recording.path)
+        capture.stop()
+        var samples = 0
+        var loudest = 0.0
+        var sizes = Set<Int>()
+        for try await chunk in capture.chunks {
+            samples += chunk.samples.count
+            sizes.insert(chunk.samples.count)
+            loudest = max(loudest, chunk.energy / Double(max(chunk.samples.count, 1)))
+        }
+        #expect(Double(samples) / 16000 >= 2.9, "captured \(samples) samples for a 3 s recording")
+        #expect(loudest > 1e-4, "speech is not silence")
+        #expect(sizes.filter { $0 != 800 }.count <= 1, "50 ms chunks, except possibly the last: \(sizes)")
+    }
+
+    @Test func unknownSourceNamesTheSource() async throws {
+        let error = await #expect(throws: CaptureError.self) {
+            _ = try await PulseAudio.capture(source: "no-such-mic", server: pulse.server, logger: logger)
+        }
+        #expect(error?.kind == .noSuchSource)
+        #expect(error?.message.contains("no-such-mic") == true)
+        #expect(error?.message.contains("sttctl sources") == true)
+        let probe = await #expect(throws: CaptureError.self) {
+            try await PulseAudio.probe(source: "no-such-mic", server: pulse.server)
+        }
+        #expect(probe?.kind == .noSuchSource)
+        try await PulseAudio.probe(source: nil, server: pulse.server)
+    }
+
+    @Test func noServerIsUnavailable() async throws {
+        let error = await #expect(throws: CaptureError.self) {
+            _ = try await PulseAudio.capture(source: nil, server: "unix:/nonexistent/native", logger: logger)
+        }
+        #expect(error?.kind == .serverUnavailable)
+    }
+
+    @Test func serverDeathEndsTheStreamWithLost() async throws {
+        let capture = try await PulseAudio.capture(source: nil, server: pulse.server, logger: logger)
+        pulse.kill()
+        let error = await #expect(throws: CaptureError.self) {
+            for try await _ in capture.chunks {}
+        }
+        #expect(error?.kind == .lost)
+    }
+}

@@ -1,0 +1,207 @@
+import Foundation
+
+/// A prerequisite of a test is missing; the message names the setup step.
+public struct MissingPrerequisite: Error, CustomStringConvertible {
+    public var description: String
+}
+
+/// Finds a tool on PATH or fails loudly, naming the Debian package and `scripts/setup`.
+public func requireTool(_ name: String, package: String) throws -> String {
+    for directory in (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin").split(separator: ":") {
+        let candidate = "\(directory)/\(name)"
+        if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
+    }
+    throw MissingPrerequisite(
+        description: "'\(name)' is not installed: run `sudo scripts/setup` (Debian package \(package))")
+}
+
+/// Fails loudly if a file a test needs is missing.
+public func requireFile(_ path: String, package: String) throws -> String {
+    guard FileManager.default.fileExists(atPath: path) else {
+        throw MissingPrerequisite(
+            description: "\(path) is missing: run `sudo scripts/setup` (Debian package \(package))")
+    }
+    return path
+}
+
+/// A fresh temporary directory, removed by the caller.
+public func makeTemporaryDirectory(_ prefix: String = "sttd-test") throws -> String {
+    let path = NSTemporaryDirectory() + "\(prefix)-\(UUID().uuidString.prefix(8))"
+    try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    return path
+}
+
+/// Where `swift build` put the executables (next to the test bundle).
+public var buildDirectory: String {
+    if let explicit = ProcessInfo.processInfo.environment["STTD_BUILD_DIR"] { return explicit }
+    let executable = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    var directory = executable.deletingLastPathComponent()
+    // The test binary lives inside `<name>.xctest/` on some toolchains.
+    if directory.lastPathComponent.hasSuffix(".xctest") { directory = directory.deletingLastPathComponent() }
+    return directory.path
+}
+
+/// The path of a built executable of this package, or a loud failure.
+public func builtExecutable(_ name: String) throws -> String {
+    let path = "\(buildDirectory)/\(name)"
+    guard FileManager.default.isExecutableFile(atPath: path) else {
+        throw MissingPrerequisite(description: "\(path) is not built: run `swift build` before `swift test` (make test does)")
+    }
+    return path
+}
+
+/// Result of running a command to completion.
+public struct CommandResult: Sendable {
+    public var status: Int32
+    public var stdout: String
+    public var stderr: String
+}
+
+/// Runs a command and waits for it, with a time limit.
+@discardableResult
+public func run(
+    _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+    timeout: TimeInterval = 60
+) throws -> CommandResult {
+    let directory = try makeTemporaryDirectory("sttd-run")
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let child = try ChildProcess(
+        executable, arguments, environment: environment, stdout: "\(directory)/out", stderr: "\(directory)/err")
+    guard let status = child.wait(timeout: timeout) else {
+        child.stop(grace: 1)
+        throw MissingPrerequisite(description: "\(executable) \(arguments.joined(separator: " ")) did not finish in \(timeout) s")
+    }
+    func read(_ name: String) -> String { (try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8)) ?? "" }
+    return CommandResult(status: status, stdout: read("out"), stderr: read("err"))
+}
+
+/// A private `dbus-daemon` for one test suite.
+public final class PrivateBus: @unchecked Sendable {
+    // Safety: immutable after init.
+    public let address: String
+    public let directory: String
+    private let process: ChildProcess
+
+    /// Starts a bus; `serviceDirectory` enables activation from the files in it.
+    public init(serviceDirectory: String? = nil, environment: [String: String] = [:]) throws {
+        let daemon = try requireTool("dbus-daemon", package: "dbus-daemon")
+        directory = try makeTemporaryDirectory("sttd-bus")
+        let servicedir = serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? ""
+        let config = """
+            <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
+             "http://www.freedesktop.org/standards/dbus/1.0/busconfig.dtd">
+            <busconfig>
+              <type>session</type>
+              <listen>unix:path=\(directory)/bus</listen>
+              <auth>EXTERNAL</auth>
+              \(servicedir)
+              <policy context="default">
+                <allow send_destination="*" eavesdrop="true"/>
+                <allow eavesdrop="true"/>
+                <allow own="*"/>
+              </policy>
+            </busconfig>
+            """
+        try config.write(toFile: "\(directory)/bus.conf", atomically: true, encoding: .utf8)
+        var env = ProcessInfo.processInfo.environment
+        env.merge(environment) { $1 }
+        process = try ChildProcess(
+            daemon, ["--config-file=\(directory)/bus.conf", "--nofork", "--nopidfile"], environment: env,
+            stderr: "\(directory)/daemon.log")
+        address = "unix:path=\(directory)/bus"
+        try waitFor("\(directory)/bus", what: "dbus-daemon")
+    }
+
+    public func stop() {
+        process.stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    deinit { stop() }
+}
+
+/// Waits up to 10 s for a socket or file to appear.
+func waitFor(_ path: String, what: String) throws {
+    for _ in 0..<1000 {
+        if FileManager.default.fileExists(atPath: path) { return }
+        usleep(10_000)
+    }
+    throw MissingPrerequisite(description: "\(what) did not create \(path) within 10 s")
+}
+
+/// A headless PulseAudio whose null sink `mic` is the microphone: its monitor `mic.monitor`
+/// is the default source, so what is played into `mic` is what sttd hears.
+public final class HeadlessPulse: @unchecked Sendable {
+    // Safety: `process` is only replaced in `start()`/`stop()`, which tests call from one task.
+    public let directory: String
+    public var server: String { "unix:\(directory)/native" }
+    private var process: ChildProcess?
+
+    public init() throws {
+        directory = try makeTemporaryDirectory("sttd-pulse")
+        try start()
+    }
+
+    /// The environment for PulseAudio clients of this server.
+    public var clientEnvironment: [String: String] {
+        ["PULSE_SERVER": server, "PULSE_RUNTIME_PATH": directory, "PULSE_COOKIE": "\(directory)/cookie"]
+    }
+
+    public var isRunning: Bool { process?.isRunning ?? false }
+
+    public func start() throws {
+        let pulseaudio = try requireTool("pulseaudio", package: "pulseaudio")
+        let pactl = try requireTool("pactl", package: "pulseaudio-utils")
+        try? FileManager.default.removeItem(atPath: "\(directory)/native")
+        let arguments = [
+            "-n", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no", "--disable-shm=yes",
+            "-L", "module-native-protocol-unix auth-anonymous=1 socket=\(directory)/native",
+            "-L", "module-null-sink sink_name=mic rate=16000 channels=1 sink_properties=device.description=Virtual-microphone",
+        ]
+        var env = ProcessInfo.processInfo.environment
+        env["HOME"] = directory
+        env["XDG_RUNTIME_DIR"] = directory
+        env["DBUS_SESSION_BUS_ADDRESS"] = "disabled:"
+        process = try ChildProcess(pulseaudio, arguments, environment: env, stderr: "\(directory)/pulseaudio.log")
+        try waitFor("\(directory)/native", what: "pulseaudio")
+        try pactlCommand(pactl, ["set-default-source", "mic.monitor"])
+    }
+
+    /// Kills the server at once (as a crash would).
+    public func kill() {
+        guard let process, process.isRunning else { return }
+        process.signal(SIGKILL)
+        process.wait()
+    }
+
+    public func stop() {
+        process?.stop()
+    }
+
+    /// Plays a sound file into the virtual microphone and waits until it has played.
+    public func play(_ file: String) throws {
+        let paplay = try requireTool("paplay", package: "pulseaudio-utils")
+        let result = try run(paplay, ["--device=mic", file], environment: environmentForClients(), timeout: 120)
+        guard result.status == 0 else {
+            throw MissingPrerequisite(description: "paplay failed: \(result.stderr)")
+        }
+    }
+
+    public func environmentForClients() -> [String: String] {
+        var env = ProcessInfo.processInfo.environment
+        env.merge(clientEnvironment) { $1 }
+        return env
+    }
+
+    private func pactlCommand(_ pactl: String, _ arguments: [String]) throws {
+        let result = try run(pactl, arguments, environment: environmentForClients(), timeout: 10)
+        guard result.status == 0 else {
+            throw MissingPrerequisite(description: "pactl \(arguments.joined(separator: " ")) failed: \(result.stderr)")
+        }
+    }
+
+    deinit {
+        stop()
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+}
