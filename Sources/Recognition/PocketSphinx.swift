@@ -164,6 +164,29 @@ final class Decoder {
         cmd_ln_free_r(config)
         raw = decoder
         self.argv = argv
+        if let cmn = ps_get_feat(decoder)?.pointee.cmn_struct {
+            initialMeans = [Float](repeating: 0, count: Int(cmn.pointee.veclen))
+            cmn_live_get(cmn, &initialMeans)
+        }
+    }
+
+    /// The model's initial cepstral means, restored at every session start.
+    private var initialMeans: [Float] = []
+
+    /// Starts a new audio stream as a fresh decoder would: noise and cepstral-mean estimates
+    /// adapt within a session but do not carry over, so the same speech gives the same text.
+    func startStream() {
+        ps_start_stream(raw)
+        // As a fresh decoder has it: the model's -cmninit means and no frames observed yet
+        // (cmn_live_set would instead weigh the initial means as 500 frames).
+        guard let cmn = ps_get_feat(raw)?.pointee.cmn_struct, initialMeans.count == Int(cmn.pointee.veclen),
+            let means = cmn.pointee.cmn_mean, let sums = cmn.pointee.sum
+        else { return }
+        for index in initialMeans.indices {
+            means[index] = initialMeans[index]
+            sums[index] = 0
+        }
+        cmn.pointee.nframe = 0
     }
 
     deinit {
@@ -286,6 +309,7 @@ private final class DecoderWorker {
                 }
                 if let current { end(current, deliver: false) }
                 current = session
+                decoder.startStream()
                 decoder.startUtterance()
                 utteranceStarted = false
                 samplesSinceHypothesis = 0

@@ -135,10 +135,11 @@ public struct Configuration: Sendable, Equatable {
         }
     }
 
-    /// A BCP-47 tag such as `en-US` (syntax only).
+    /// A BCP-47 tag such as `en-US` (syntax only; the primary subtag is an ISO 639 code, as
+    /// every registered language's is).
     public static func isLanguageTag(_ tag: String) -> Bool {
         let parts = tag.split(separator: "-", omittingEmptySubsequences: false)
-        guard let first = parts.first, (2...3).contains(first.count) || (5...8).contains(first.count),
+        guard let first = parts.first, (2...3).contains(first.count),
             first.allSatisfy({ $0.isASCII && $0.isLetter })
         else { return false }
         return parts.dropFirst().allSatisfy { part in

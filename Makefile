@@ -1,0 +1,58 @@
+# sttd — speech-to-text for the Linux desktop.
+#   make demo       dictate recorded speech through a virtual microphone (headless is fine)
+#   make test       install what the tests need, build, and run the whole suite
+#   make install    install for the current user (PREFIX=$(HOME)/.local)
+
+PREFIX ?= $(HOME)/.local
+BINDIR ?= $(PREFIX)/bin
+DATADIR ?= $(PREFIX)/share
+SYSTEMD_USER_DIR ?= $(HOME)/.config/systemd/user
+SWIFT ?= swift
+
+.PHONY: all build release setup test demo install uninstall clean
+
+all: build
+
+setup:
+	scripts/setup
+
+build: setup
+	$(SWIFT) build
+
+release: setup
+	$(SWIFT) build -c release
+
+test: build
+	$(SWIFT) build --build-tests
+	scripts/test-env $(SWIFT) test --skip-build
+
+demo: build
+	scripts/test-env scripts/demo .build/debug
+
+install: release
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMD_USER_DIR) $(DESTDIR)$(DATADIR)/dbus-1/services \
+		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/bash-completion/completions \
+		$(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
+	install -m 755 .build/release/sttd .build/release/sttctl $(DESTDIR)$(BINDIR)/
+	sed 's|@bindir@|$(BINDIR)|g' systemd/sttd.service > $(DESTDIR)$(SYSTEMD_USER_DIR)/sttd.service
+	sed 's|@bindir@|$(BINDIR)|g' dbus/io.github.sttd.Speech1.service > $(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service
+	install -m 644 dbus/io.github.sttd.Speech1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/
+	.build/release/sttctl --generate-completion-script bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl
+	.build/release/sttctl --generate-completion-script zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_sttctl
+	.build/release/sttctl --generate-completion-script fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
+	-systemctl --user daemon-reload 2>/dev/null
+	@echo "Installed. Start it with: systemctl --user enable --now sttd   (or just run: sttctl status)"
+
+uninstall:
+	-systemctl --user disable --now sttd 2>/dev/null
+	rm -f $(DESTDIR)$(BINDIR)/sttd $(DESTDIR)$(BINDIR)/sttctl \
+		$(DESTDIR)$(SYSTEMD_USER_DIR)/sttd.service \
+		$(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service \
+		$(DESTDIR)$(DATADIR)/dbus-1/interfaces/io.github.sttd.Speech1.xml \
+		$(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl \
+		$(DESTDIR)$(DATADIR)/zsh/site-functions/_sttctl \
+		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
+	-systemctl --user daemon-reload 2>/dev/null
+
+clean:
+	rm -rf .build

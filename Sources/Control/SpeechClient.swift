@@ -1,0 +1,145 @@
+import DBus
+import Foundation
+
+/// A client of `io.github.sttd.Speech1` for `sttctl` and other Swift programs.
+public struct SpeechClient: Sendable {
+    public static let name = "io.github.sttd.Speech1"
+    public static let path = "/io/github/sttd/Speech1"
+    public static let interface = "io.github.sttd.Speech1"
+
+    let connection: DBusConnection
+
+    /// One `TranscriptChanged` signal.
+    public struct TranscriptUpdate: Sendable, Equatable {
+        public var transcript: String
+        public var segment: String
+        public var isFinal: Bool
+    }
+
+    /// Connects to the session bus; the service itself is started by bus activation on first call.
+    public static func connect() async throws -> SpeechClient {
+        do {
+            return SpeechClient(connection: try await DBusConnection.connect(to: .session))
+        } catch {
+            throw ControlFailure(
+                exitCode: ControlFailure.unreachable,
+                message: "sttctl: cannot reach the session bus: \(error.message)")
+        }
+    }
+
+    /// Calls a method of the interface; errors become exit codes 3 or 4 with a message.
+    @discardableResult
+    public func call(_ member: String, _ arguments: [DBusValue] = [], interface: String = SpeechClient.interface)
+        async throws -> [DBusValue]
+    {
+        do {
+            return try await connection.call(
+                destination: Self.name, path: Self.path, interface: interface, member: member, arguments: arguments,
+                timeout: .seconds(30))
+        } catch {
+            throw Self.failure(error)
+        }
+    }
+
+    public func property(_ name: String) async throws -> DBusValue {
+        let reply = try await call("Get", [.string(Self.interface), .string(name)], interface: "org.freedesktop.DBus.Properties")
+        return reply.first?.variantValue ?? .string("")
+    }
+
+    /// Every property, in the service's order.
+    public func allProperties() async throws -> [(String, DBusValue)] {
+        let reply = try await call("GetAll", [.string(Self.interface)], interface: "org.freedesktop.DBus.Properties")
+        return reply.first?.stringVariantDictionary ?? []
+    }
+
+    /// `TranscriptChanged` signals as they arrive. Subscribes before returning, so no update
+    /// after this call is missed.
+    public func transcriptUpdates() async throws -> AsyncStream<TranscriptUpdate> {
+        let signals: AsyncStream<DBusSignalMessage>
+        do {
+            signals = try await connection.signals(
+                sender: Self.name, path: Self.path, interface: Self.interface, member: "TranscriptChanged")
+        } catch {
+            throw Self.failure(error)
+        }
+        return AsyncStream { continuation in
+            let task = Task {
+                for await signal in signals {
+                    guard signal.arguments.count == 3, let transcript = signal.arguments[0].string,
+                        let segment = signal.arguments[1].string, let isFinal = signal.arguments[2].boolean
+                    else { continue }
+                    continuation.yield(TranscriptUpdate(transcript: transcript, segment: segment, isFinal: isFinal))
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+
+    static func failure(_ error: DBusError) -> ControlFailure {
+        if error.isServiceMissing {
+            return ControlFailure(
+                exitCode: ControlFailure.unreachable,
+                message: """
+                    sttctl: sttd is not running and could not be started (\(error.name)).
+                    Start it with `systemctl --user start sttd`, or install it with `make install` for bus activation.
+                    """)
+        }
+        if error.name == "org.freedesktop.DBus.Error.NoReply" || error.name == "org.freedesktop.DBus.Error.Disconnected"
+            || error.name == "org.freedesktop.DBus.Error.Timeout"
+        {
+            return ControlFailure(
+                exitCode: ControlFailure.unreachable,
+                message: "sttctl: sttd did not answer (\(error.name): \(error.message)). See `journalctl --user -u sttd`.")
+        }
+        return ControlFailure(exitCode: ControlFailure.serviceError, message: "\(error.name): \(error.message)")
+    }
+}
+
+/// Minimal JSON rendering of D-Bus values for `--json` output.
+enum JSONOutput {
+    static func string(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+
+    static func object(_ members: [(String, String)]) -> String {
+        "{" + members.map { "\(string($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    static func value(_ value: DBusValue) -> String {
+        switch value {
+        case .string(let s), .objectPath(let s), .signature(let s): string(s)
+        case .boolean(let b): b ? "true" : "false"
+        case .byte(let n): "\(n)"
+        case .int16(let n): "\(n)"
+        case .uint16(let n): "\(n)"
+        case .int32(let n): "\(n)"
+        case .uint32(let n): "\(n)"
+        case .int64(let n): "\(n)"
+        case .uint64(let n): "\(n)"
+        case .double(let d): d.isFinite ? "\(d)" : "null"
+        case .variant(let inner): self.value(inner)
+        case .array(_, let items), .structure(let items): "[" + items.map(self.value).joined(separator: ",") + "]"
+        case .dictionary(_, _, let entries):
+            object(entries.map { ($0.key.string ?? "\($0.key)", self.value($0.value)) })
+        }
+    }
+
+    static func plain(_ value: DBusValue) -> String {
+        if case .string(let s) = value { return s }
+        if case .variant(let inner) = value { return plain(inner) }
+        return self.value(value)
+    }
+}

@@ -1,0 +1,216 @@
+import ArgumentParser
+import DBus
+import Foundation
+
+/// A failure that ends `sttctl` with one of the contract's exit codes.
+struct ControlFailure: Error {
+    /// 3: the service (or the bus) cannot be reached.
+    static let unreachable: Int32 = 3
+    /// 4: the service answered with an error.
+    static let serviceError: Int32 = 4
+
+    var exitCode: Int32
+    var message: String
+}
+
+/// The `sttctl` command line: thin commands over ``SpeechClient``.
+public struct Sttctl: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "sttctl",
+        abstract: "Control sttd, the speech-to-text service: start and stop dictation, follow the transcript.",
+        discussion: """
+            Exit codes: 0 success, 2 usage error, 3 service not reachable, 4 the service returned an error.
+            Bind `sttctl toggle` to a key to get a dictation button.
+            """,
+        version: "0.1.0",
+        subcommands: [
+            Start.self, Stop.self, Toggle.self, Cancel.self, Reset.self, Status.self, TranscriptCommand.self,
+            Watch.self, Sources.self, Authorize.self,
+        ])
+
+    public init() {}
+
+    /// Runs `sttctl` with these arguments and returns the process exit status.
+    public static func run(arguments: [String]) async -> Int32 {
+        do {
+            var command = try parseAsRoot(arguments)
+            if var asyncCommand = command as? any AsyncParsableCommand {
+                try await asyncCommand.run()
+            } else {
+                try command.run()
+            }
+            return 0
+        } catch let failure as ControlFailure {
+            printError(failure.message)
+            return failure.exitCode
+        } catch {
+            let code = exitCode(for: error)
+            let message = fullMessage(for: error)
+            if code == .success {
+                if !message.isEmpty { print(message) }
+                return 0
+            }
+            if let exit = error as? ExitCode { return exit.rawValue }
+            printError(message)
+            return 2
+        }
+    }
+
+    static func printError(_ message: String) {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+    }
+}
+
+/// Options shared by `start` and `toggle`.
+struct SessionFlags: ParsableArguments {
+    @Option(help: "Recognizer: local (offline) or deepgram.")
+    var backend: String?
+
+    @Option(help: "BCP-47 language tag, e.g. en-US.")
+    var language: String?
+
+    @Option(help: "PulseAudio source name (see `sttctl sources`); empty for the default.")
+    var source: String?
+
+    @Flag(help: "Do not emit interim results.")
+    var noInterim = false
+
+    @Option(name: .customLong("auto-stop"), help: ArgumentHelp("Stop after this much trailing silence.", valueName: "seconds"))
+    var autoStop: Double?
+
+    @Option(help: "Where finals go besides D-Bus: none, type or clipboard.")
+    var output: String?
+
+    func validate() throws {
+        if let autoStop, !(0...3600).contains(autoStop) {
+            throw ValidationError("--auto-stop takes 0 to 3600 seconds")
+        }
+    }
+
+    var options: DBusValue {
+        var entries: [(String, DBusValue)] = []
+        if let backend { entries.append(("backend", .string(backend))) }
+        if let language { entries.append(("language", .string(language))) }
+        if let source { entries.append(("source", .string(source))) }
+        if noInterim { entries.append(("interim_results", .boolean(false))) }
+        if let autoStop { entries.append(("auto_stop_ms", .uint32(UInt32((autoStop * 1000).rounded())))) }
+        if let output { entries.append(("output", .string(output))) }
+        return .vardict(entries)
+    }
+}
+
+struct Start: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Start dictation (does nothing if already listening).")
+    @OptionGroup var flags: SessionFlags
+
+    func run() async throws {
+        try await SpeechClient.connect().call("StartTranscribing", [flags.options])
+    }
+}
+
+struct Stop: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Stop dictation and print the final transcript.")
+
+    func run() async throws {
+        let reply = try await SpeechClient.connect().call("StopTranscribing")
+        print(reply.first?.string ?? "")
+    }
+}
+
+struct Toggle: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Start if idle, stop if listening (bind this to a key). Prints the transcript when it stops.")
+    @OptionGroup var flags: SessionFlags
+
+    func run() async throws {
+        let client = try await SpeechClient.connect()
+        let reply = try await client.call("ToggleTranscribing", [flags.options])
+        if reply.first?.boolean == false {
+            print(try await client.property("Transcript").string ?? "")
+        }
+    }
+}
+
+struct Cancel: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Stop at once, dropping text not yet final.")
+    func run() async throws { try await SpeechClient.connect().call("CancelTranscribing") }
+}
+
+struct Reset: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Clear the transcript (listening goes on).")
+    func run() async throws { try await SpeechClient.connect().call("ResetTranscript") }
+}
+
+struct Status: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print the service's state and settings.")
+    @Flag(help: "Print every property as one JSON object.")
+    var json = false
+
+    func run() async throws {
+        let properties = try await SpeechClient.connect().allProperties()
+        if json {
+            print(JSONOutput.object(properties.map { ($0.0, JSONOutput.value($0.1)) }))
+        } else {
+            for (name, value) in properties { print("\(name): \(JSONOutput.plain(value))") }
+        }
+    }
+}
+
+struct TranscriptCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "transcript", abstract: "Print the current transcript.")
+    func run() async throws {
+        print(try await SpeechClient.connect().property("Transcript").string ?? "")
+    }
+}
+
+struct Watch: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Follow the transcript: print each final as a line (and interim text on a terminal) until interrupted.")
+    @Flag(help: "Print every update as a JSON object per line: transcript, segment, is_final.")
+    var json = false
+
+    func run() async throws {
+        let client = try await SpeechClient.connect()
+        let updates = try await client.transcriptUpdates()
+        let interactive = isatty(STDOUT_FILENO) != 0
+        for await update in updates {
+            if json {
+                print(JSONOutput.object([
+                    ("transcript", JSONOutput.string(update.transcript)), ("segment", JSONOutput.string(update.segment)),
+                    ("is_final", update.isFinal ? "true" : "false"),
+                ]))
+            } else if update.isFinal {
+                if interactive { print("\r\u{1B}[K", terminator: "") }
+                if !update.segment.isEmpty { print(update.segment) }
+            } else if interactive {
+                print("\r\u{1B}[K\(update.segment)", terminator: "")
+            }
+            fflush(nil)  // all output streams; `stdout` itself is not concurrency-safe to name
+        }
+        throw ControlFailure(exitCode: ControlFailure.unreachable, message: "sttctl: the bus connection closed")
+    }
+}
+
+struct Sources: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List PulseAudio capture sources (* marks the default).")
+    func run() async throws {
+        let reply = try await SpeechClient.connect().call("ListSources")
+        guard case .array(_, let items)? = reply.first else { return }
+        for case .structure(let fields) in items where fields.count == 3 {
+            let marker = fields[2].boolean == true ? "*" : " "
+            print("\(marker) \(fields[0].string ?? "")\t\(fields[1].string ?? "")")
+        }
+    }
+}
+
+struct Authorize: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Check the microphone and the recognizer's credentials now and print the authorization status.")
+    func run() async throws {
+        let client = try await SpeechClient.connect()
+        let reply = try await client.call("RequestAuthorization")
+        let microphone = try await client.property("MicrophoneStatus").string ?? ""
+        print("recognizer: \(reply.first?.string ?? "")")
+        print("microphone: \(microphone)")
+    }
+}

@@ -1,0 +1,118 @@
+import DBus
+import Service
+import Testing
+
+@Suite("Configuration")
+struct ConfigurationTests {
+    @Test func defaultsMatchTheContract() throws {
+        let config = try Configuration(toml: "")
+        #expect(config == Configuration())
+        #expect(config.backend == .local)
+        #expect(config.language == "en-US")
+        #expect(config.stopTimeoutMilliseconds == 5000)
+        #expect(config.local.modelDirectory == "/usr/share/pocketsphinx/model/en-us")
+        #expect(config.deepgram.url == "wss://api.deepgram.com/v1/listen")
+        #expect(config.deepgram.model == "nova-3")
+    }
+
+    @Test func readsEveryKey() throws {
+        let config = try Configuration(toml: """
+            backend = "deepgram"
+            language = "de-DE"
+            source = "alsa_input.usb"
+            interim_results = false
+            auto_stop_ms = 0
+            output = "none"
+            stop_timeout_ms = 2500
+            history = false
+
+            [local]
+            model_dir = "/opt/model"
+
+            [deepgram]
+            url = "wss://api.subquadratic.ai/v1/listen"
+            auth = "subprotocol"
+            api_key_file = "/home/me/.config/sttd/key"
+            model = "nova-2"
+            ca_file = "/etc/ssl/my-ca.pem"
+            params = { smart_format = "true", endpointing = 300, punctuate = true }
+            """)
+        #expect(config.backend == .deepgram)
+        #expect(config.language == "de-DE")
+        #expect(config.source == "alsa_input.usb")
+        #expect(!config.interimResults)
+        #expect(config.stopTimeoutMilliseconds == 2500)
+        #expect(!config.history)
+        #expect(config.local.modelDirectory == "/opt/model")
+        #expect(config.deepgram.auth == .subprotocol)
+        #expect(config.deepgram.params == ["smart_format": "true", "endpointing": "300", "punctuate": "true"])
+    }
+
+    @Test(arguments: [
+        ("backend = 3", "backend = 3 is a integer, but it must be one of \"local\", \"deepgram\""),
+        ("backend = \"cloud\"", "backend = \"cloud\" is not allowed; use one of \"local\", \"deepgram\""),
+        ("interim_results = \"yes\"", "interim_results"),
+        ("stop_timeout_ms = 0", "stop_timeout_ms = 0 is out of range"),
+        ("language = \"english\"", "not a BCP-47 language tag"),
+        ("colour = \"blue\"", "colour is not a known setting"),
+        ("[local]\nmodel = \"x\"", "local.model is not a known setting"),
+        ("[deepgram]\nauth = \"cookie\"", "deepgram.auth = \"cookie\" is not allowed"),
+        ("[deepgram]\nurl = \"http://example.com\"", "must start with wss://"),
+        ("[deepgram]\nurl = \"ws://example.com/v1/listen\"", "non-loopback"),
+        ("output = \"type\"", "not supported by this version"),
+        ("auto_stop_ms = 800", "not supported by this version"),
+        ("local = 3", "local = 3 is a integer, but it must be a table"),
+        ("backend = ", "line 1"),
+    ])
+    func refusesWithAMessageNamingTheKey(_ toml: String, _ expected: String) {
+        let error = #expect(throws: ConfigurationError.self) { try Configuration(toml: toml) }
+        #expect(error?.message.contains(expected) == true, "\(error?.message ?? "")")
+    }
+
+    @Test func plainWebSocketOnlyToLoopback() throws {
+        for url in ["ws://127.0.0.1:8080/v1/listen", "ws://localhost/v1/listen", "ws://[::1]:9000/v1/listen"] {
+            #expect(try Configuration(toml: "[deepgram]\nurl = \"\(url)\"").deepgram.url == url)
+        }
+    }
+
+    @Test func pathPrecedence() {
+        #expect(Configuration.path(explicit: "/a.toml", environment: ["STTD_CONFIG": "/b.toml"]).path == "/a.toml")
+        #expect(Configuration.path(explicit: nil, environment: ["STTD_CONFIG": "/b.toml"]).path == "/b.toml")
+        #expect(Configuration.path(explicit: nil, environment: ["XDG_CONFIG_HOME": "/x"]).path == "/x/sttd/config.toml")
+        #expect(Configuration.path(explicit: nil, environment: ["HOME": "/home/u"]).path == "/home/u/.config/sttd/config.toml")
+    }
+
+    @Test func languageTags() {
+        for good in ["en", "en-US", "de-CH-1996", "zh-Hant-TW", "sr-Latn"] { #expect(Configuration.isLanguageTag(good), "\(good)") }
+        for bad in ["", "e", "english-language", "en_US", "en--US", "en-", "ünï"] { #expect(!Configuration.isLanguageTag(bad), "\(bad)") }
+    }
+}
+
+@Suite("Start options")
+struct StartOptionsTests {
+    @Test func parsesEveryOption() throws {
+        let options = try StartOptions(parsing: .vardict([
+            ("backend", .string("deepgram")), ("language", .string("fr-FR")), ("source", .string("")),
+            ("interim_results", .boolean(false)), ("keyterms", .strings(["sttd", "D-Bus"])),
+            ("auto_stop_ms", .uint32(0)), ("output", .string("none")),
+        ]))
+        #expect(options.backend == .deepgram)
+        #expect(options.language == "fr-FR")
+        #expect(options.source == "")
+        #expect(options.interimResults == false)
+        #expect(options.keyterms == ["sttd", "D-Bus"])
+    }
+
+    @Test func refusesBadOptions() {
+        let cases: [DBusValue] = [
+            .vardict([("nope", .string(""))]), .vardict([("backend", .boolean(true))]),
+            .vardict([("keyterms", .strings([""]))]), .vardict([("keyterms", .array(.uint32, []))]),
+            .vardict([("output", .string("speaker"))]), .vardict([("language", .string("12"))]),
+            .string("not a dict"),
+        ]
+        for value in cases {
+            let error = #expect(throws: DBusError.self) { try StartOptions(parsing: value) }
+            #expect(error?.name == "org.freedesktop.DBus.Error.InvalidArgs", "\(value)")
+        }
+    }
+}

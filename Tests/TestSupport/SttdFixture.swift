@@ -1,0 +1,140 @@
+import DBus
+import Foundation
+import Synchronization
+
+/// A running `sttd` on a private bus with its own headless PulseAudio, and a client connection.
+public final class SttdFixture: @unchecked Sendable {
+    // Safety: `sttd` is replaced only by `restartService()`, which tests call from one task.
+    public static let name = "io.github.sttd.Speech1"
+    public static let path = "/io/github/sttd/Speech1"
+    public static let interface = "io.github.sttd.Speech1"
+
+    public let bus: PrivateBus
+    public let pulse: HeadlessPulse
+    public let client: DBusConnection
+    public let home: String
+    public private(set) var sttd: ChildProcess
+    public let environment: [String: String]
+
+    /// Starts everything; `config` is written to the config file if given.
+    public init(config: String? = nil) async throws {
+        home = try makeTemporaryDirectory("sttd-home")
+        pulse = try HeadlessPulse()
+        bus = try PrivateBus()
+        var env = ProcessInfo.processInfo.environment
+        env.merge(pulse.clientEnvironment) { $1 }
+        env["DBUS_SESSION_BUS_ADDRESS"] = bus.address
+        env["HOME"] = home
+        env["XDG_CONFIG_HOME"] = "\(home)/config"
+        env["XDG_DATA_HOME"] = "\(home)/data"
+        env["XDG_RUNTIME_DIR"] = home
+        env["STTD_LOG_LEVEL"] = "debug"
+        if let config {
+            try FileManager.default.createDirectory(atPath: "\(home)/config/sttd", withIntermediateDirectories: true)
+            try config.write(toFile: "\(home)/config/sttd/config.toml", atomically: true, encoding: .utf8)
+        }
+        environment = env
+        sttd = try ChildProcess(try builtExecutable("sttd"), [], environment: env, stderr: "\(home)/sttd.log")
+        client = try await DBusConnection.connect(to: .address(bus.address))
+        try await waitForService()
+    }
+
+    /// The service's log so far.
+    public var log: String { (try? String(contentsOfFile: "\(home)/sttd.log", encoding: .utf8)) ?? "" }
+
+    /// Waits until the service owns its name (up to 10 s).
+    public func waitForService() async throws {
+        for _ in 0..<200 {
+            let owned = try? await client.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameHasOwner", arguments: [.string(Self.name)])
+            if owned?.first?.boolean == true { return }
+            if !sttd.isRunning { throw MissingPrerequisite(description: "sttd exited early: \(log)") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        throw MissingPrerequisite(description: "sttd did not take its bus name within 10 s: \(log)")
+    }
+
+    /// Kills and starts sttd again (same bus, same files).
+    public func restartService(signal: Int32 = SIGKILL) async throws {
+        sttd.signal(signal)
+        sttd.wait(timeout: 10)
+        sttd = try ChildProcess(try builtExecutable("sttd"), [], environment: environment, stderr: "\(home)/sttd.log")
+        try await waitForService()
+    }
+
+    /// Calls a method of the main interface.
+    @discardableResult
+    public func call(_ member: String, _ arguments: [DBusValue] = [], interface: String = SttdFixture.interface)
+        async throws -> [DBusValue]
+    {
+        try await client.call(
+            destination: Self.name, path: Self.path, interface: interface, member: member, arguments: arguments,
+            timeout: .seconds(30))
+    }
+
+    public func property(_ name: String) async throws -> DBusValue? {
+        try await call("Get", [.string(Self.interface), .string(name)], interface: "org.freedesktop.DBus.Properties")
+            .first?.variantValue
+    }
+
+    public func set(_ name: String, _ value: DBusValue) async throws {
+        try await call("Set", [.string(Self.interface), .string(name), .variant(value)], interface: "org.freedesktop.DBus.Properties")
+    }
+
+    /// Starts recording the service's signals; read them from the returned recorder.
+    public func record() async throws -> SignalRecorder {
+        let recorder = SignalRecorder()
+        let stream = try await client.signals(sender: Self.name, path: Self.path)
+        recorder.consume(stream)
+        return recorder
+    }
+
+    /// Runs `sttctl` against this service.
+    public func sttctl(_ arguments: [String], timeout: TimeInterval = 60) throws -> CommandResult {
+        try run(try builtExecutable("sttctl"), arguments, environment: environment, timeout: timeout)
+    }
+
+    deinit {
+        sttd.stop()
+        client.close()
+        bus.stop()
+        pulse.stop()
+        try? FileManager.default.removeItem(atPath: home)
+    }
+}
+
+/// Collects signals in arrival order.
+public final class SignalRecorder: Sendable {
+    private let received = Mutex<[DBusSignalMessage]>([])
+
+    func consume(_ stream: AsyncStream<DBusSignalMessage>) {
+        Task { [self] in
+            for await signal in stream { received.withLock { $0.append(signal) } }
+        }
+    }
+
+    public var signals: [DBusSignalMessage] { received.withLock { $0 } }
+
+    public func signals(named member: String) -> [DBusSignalMessage] { signals.filter { $0.member == member } }
+
+    /// `PropertiesChanged` values of one property, in order.
+    public func changes(of property: String) -> [DBusValue] {
+        signals(named: "PropertiesChanged").compactMap { signal in
+            signal.arguments.count == 3 ? signal.arguments[1].stringVariantDictionary?.first { $0.key == property }?.value : nil
+        }
+    }
+
+    /// Waits until `condition` holds for the signals so far (up to `timeout`).
+    @discardableResult
+    public func wait(
+        timeout: Duration = .seconds(20), until condition: @Sendable ([DBusSignalMessage]) -> Bool
+    ) async -> Bool {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if condition(signals) { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return condition(signals)
+    }
+}
