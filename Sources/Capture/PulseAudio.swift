@@ -43,7 +43,8 @@ public struct CaptureError: Error, Sendable, Equatable, CustomStringConvertible 
         case PA_ERR_NOENTITY.rawValue:
             return CaptureError(
                 .noSuchSource,
-                "There is no audio source named '\(source ?? "")'. List sources with `sttctl sources` and set `source` to one of them, or to \"\" for the default.")
+                "There is no audio source named '\(source ?? "")'. List sources with `sttctl sources` and set `source` to one of them, or to \"\" for the default."
+            )
         default:
             return CaptureError(.failed, "The sound server reported an error: \(reason).")
         }
@@ -103,7 +104,8 @@ private func makeProperties(_ pairs: [(String, String)]) -> OpaquePointer {
 }
 
 private let clientProperties = [
-    ("application.name", "sttd"), ("application.id", "io.github.sttd"), ("application.icon_name", "audio-input-microphone"),
+    ("application.name", "sttd"), ("application.id", "io.github.sttd"),
+    ("application.icon_name", "audio-input-microphone"),
 ]
 private let streamProperties = clientProperties + [("media.role", "production"), ("media.name", "Dictation")]
 
@@ -188,7 +190,9 @@ class PulseWorker: @unchecked Sendable {
                 if drainUntil == nil { drainUntil = now + pendingDrain.withLock { $0 } }
                 let remaining = now.duration(to: drainUntil!)
                 if remaining <= .zero { break }
-                timeout = Int32(clamping: remaining.components.attoseconds / 1_000_000_000_000 + remaining.components.seconds * 1_000_000)
+                timeout = Int32(
+                    clamping: remaining.components.attoseconds / 1_000_000_000_000 + remaining.components.seconds
+                        * 1_000_000)
             }
             if pa_mainloop_prepare(mainloop, timeout) < 0 { break }
             if pa_mainloop_poll(mainloop) < 0 { break }
@@ -391,7 +395,8 @@ final class SourceQuery: PulseWorker, @unchecked Sendable {
             if let info {
                 let name = String(cString: info.pointee.name)
                 let description = info.pointee.description.map { String(cString: $0) } ?? name
-                query.found.append(AudioSource(name: name, description: description, isDefault: name == query.defaultSource))
+                query.found.append(
+                    AudioSource(name: name, description: description, isDefault: name == query.defaultSource))
             }
             if eol != 0 { query.complete() }
         }
@@ -401,7 +406,12 @@ final class SourceQuery: PulseWorker, @unchecked Sendable {
         case .probe(let name):
             let target = name ?? defaultSource
             guard !target.isEmpty else {
-                return deliver(.failure(CaptureError(.noSuchSource, "The sound server has no default source: connect a microphone, or set `source` (see `sttctl sources`).")))
+                return deliver(
+                    .failure(
+                        CaptureError(
+                            .noSuchSource,
+                            "The sound server has no default source: connect a microphone, or set `source` (see `sttctl sources`)."
+                        )))
             }
             pa_operation_unref(pa_context_get_source_info_by_name(context, target, callback, me))
         }

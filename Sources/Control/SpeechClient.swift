@@ -42,7 +42,8 @@ public struct SpeechClient: Sendable {
     }
 
     public func property(_ name: String) async throws -> DBusValue {
-        let reply = try await call("Get", [.string(Self.interface), .string(name)], interface: "org.freedesktop.DBus.Properties")
+        let reply = try await call(
+            "Get", [.string(Self.interface), .string(name)], interface: "org.freedesktop.DBus.Properties")
         return reply.first?.variantValue ?? .string("")
     }
 
@@ -90,7 +91,8 @@ public struct SpeechClient: Sendable {
         {
             return ControlFailure(
                 exitCode: ControlFailure.unreachable,
-                message: "sttctl: sttd did not answer (\(error.name): \(error.message)). See `journalctl --user -u sttd`.")
+                message:
+                    "sttctl: sttd did not answer (\(error.name): \(error.message)). See `journalctl --user -u sttd`.")
         }
         return ControlFailure(exitCode: ControlFailure.serviceError, message: "\(error.name): \(error.message)")
     }

@@ -75,7 +75,9 @@ struct SessionFlags: ParsableArguments {
     @Flag(help: "Do not emit interim results.")
     var noInterim = false
 
-    @Option(name: .customLong("auto-stop"), help: ArgumentHelp("Stop after this much trailing silence.", valueName: "seconds"))
+    @Option(
+        name: .customLong("auto-stop"),
+        help: ArgumentHelp("Stop after this much trailing silence.", valueName: "seconds"))
     var autoStop: Double?
 
     @Option(help: "Where finals go besides D-Bus: none, type or clipboard.")
@@ -157,7 +159,8 @@ struct Status: AsyncParsableCommand {
 }
 
 struct TranscriptCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "transcript", abstract: "Print the current transcript.")
+    static let configuration = CommandConfiguration(
+        commandName: "transcript", abstract: "Print the current transcript.")
     func run() async throws {
         print(try await SpeechClient.connect().property("Transcript").string ?? "")
     }
@@ -165,7 +168,8 @@ struct TranscriptCommand: AsyncParsableCommand {
 
 struct Watch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        abstract: "Follow the transcript: print each final as a line (and interim text on a terminal) until interrupted.")
+        abstract:
+            "Follow the transcript: print each final as a line (and interim text on a terminal) until interrupted.")
     @Flag(help: "Print every update as a JSON object per line: transcript, segment, is_final.")
     var json = false
 
@@ -175,10 +179,12 @@ struct Watch: AsyncParsableCommand {
         let interactive = isatty(STDOUT_FILENO) != 0
         for await update in updates {
             if json {
-                print(JSONOutput.object([
-                    ("transcript", JSONOutput.string(update.transcript)), ("segment", JSONOutput.string(update.segment)),
-                    ("is_final", update.isFinal ? "true" : "false"),
-                ]))
+                print(
+                    JSONOutput.object([
+                        ("transcript", JSONOutput.string(update.transcript)),
+                        ("segment", JSONOutput.string(update.segment)),
+                        ("is_final", update.isFinal ? "true" : "false"),
+                    ]))
             } else if update.isFinal {
                 if interactive { print("\r\u{1B}[K", terminator: "") }
                 if !update.segment.isEmpty { print(update.segment) }

@@ -38,7 +38,8 @@ public final class DBusConnection: Sendable {
     /// Connects and registers with the bus, on the connection's own thread.
     public static func connect(to bus: Bus = .session) async throws(DBusError) -> DBusConnection {
         let loop = try ConnectionLoop()
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<String, DBusError>, Never>) in
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<String, DBusError>, Never>) in
             let thread = Thread { loop.run(bus: bus, ready: { continuation.resume(returning: $0) }) }
             thread.name = "dbus"
             thread.start()
@@ -64,7 +65,8 @@ public final class DBusConnection: Sendable {
             destination: destination, path: path, interface: interface, member: member)
         try message.append(arguments)
         let timeoutMilliseconds = Int32(clamping: timeout.components.seconds * 1000)
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<[DBusValue], DBusError>, Never>) in
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<[DBusValue], DBusError>, Never>) in
             let box = PendingReply { continuation.resume(returning: $0) }
             let queued = loop.perform { loop in loop.sendWithReply(message, timeout: timeoutMilliseconds, box: box) }
             if !queued { box.complete(.failure(.disconnected("the bus connection is closed"))) }
@@ -262,7 +264,9 @@ final class ConnectionLoop: @unchecked Sendable {
                 }
                 if reply.type == DBUS_MESSAGE_TYPE_ERROR {
                     let text = reply.arguments().first?.string ?? ""
-                    box.complete(.failure(DBusError(name: reply.errorName ?? "org.freedesktop.DBus.Error.Failed", message: text)))
+                    box.complete(
+                        .failure(DBusError(name: reply.errorName ?? "org.freedesktop.DBus.Error.Failed", message: text))
+                    )
                 } else {
                     box.complete(.success(reply.arguments()))
                 }
@@ -304,7 +308,11 @@ final class ConnectionLoop: @unchecked Sendable {
             case .address: "is the bus address right?"
             }
         shared.withLock { $0.ended = true }
-        ready(.failure(DBusError(name: "org.freedesktop.DBus.Error.NoServer", message: "cannot connect to the D-Bus bus: \(detail) (\(hint))")))
+        ready(
+            .failure(
+                DBusError(
+                    name: "org.freedesktop.DBus.Error.NoServer",
+                    message: "cannot connect to the D-Bus bus: \(detail) (\(hint))")))
     }
 
     private func install(on connection: OpaquePointer) {
@@ -420,7 +428,12 @@ final class ConnectionLoop: @unchecked Sendable {
         var waitMilliseconds: Int32 = -1
         if let earliest = enabledDeadlines.min() {
             let remaining = now.duration(to: earliest)
-            waitMilliseconds = remaining <= .zero ? 0 : Int32(clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds / 1_000_000_000_000_000 + 1)
+            waitMilliseconds =
+                remaining <= .zero
+                ? 0
+                : Int32(
+                    clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds
+                        / 1_000_000_000_000_000 + 1)
         }
         let count = poll(&fds, nfds_t(fds.count), waitMilliseconds)
         if count < 0 { return }  // EINTR: go round again

@@ -69,17 +69,20 @@ public enum Introspection {
             }
             out += "    <method name=\"\(method.name)\">\n"
             for (argument, direction) in arguments {
-                out += "      <arg name=\"\(argument.name)\" type=\"\(escape(argument.type.signature))\" direction=\"\(direction)\"/>\n"
+                out +=
+                    "      <arg name=\"\(argument.name)\" type=\"\(escape(argument.type.signature))\" direction=\"\(direction)\"/>\n"
             }
             out += "    </method>\n"
         }
         for property in interface.properties {
-            let open = "    <property name=\"\(property.name)\" type=\"\(escape(property.type.signature))\" access=\"\(property.access)\""
+            let open =
+                "    <property name=\"\(property.name)\" type=\"\(escape(property.type.signature))\" access=\"\(property.access)\""
             if property.changeSignal == .emits {
                 out += open + "/>\n"
             } else {
                 out += open + ">\n"
-                out += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changeSignal.rawValue)\"/>\n"
+                out +=
+                    "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changeSignal.rawValue)\"/>\n"
                 out += "    </property>\n"
             }
         }

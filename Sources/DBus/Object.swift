@@ -210,8 +210,12 @@ public final class DBusObject: Sendable {
         let member = message.member ?? ""
         switch message.interface {
         case "org.freedesktop.DBus.Introspectable":
-            guard member == "Introspect" else { return responder.fail(.unknownMethod("No method \(member) on org.freedesktop.DBus.Introspectable")) }
-            guard message.signature.isEmpty else { return responder.fail(.invalidArgs("Introspect takes no arguments")) }
+            guard member == "Introspect" else {
+                return responder.fail(.unknownMethod("No method \(member) on org.freedesktop.DBus.Introspectable"))
+            }
+            guard message.signature.isEmpty else {
+                return responder.fail(.invalidArgs("Introspect takes no arguments"))
+            }
             responder.reply([.string(introspectionXML)])
         case "org.freedesktop.DBus.Properties":
             handleProperties(member, message, responder)
@@ -266,7 +270,9 @@ public final class DBusObject: Sendable {
         let arguments = message.arguments()
         switch (member, message.signature) {
         case ("Get", "ss"):
-            guard let name = arguments[1].string, let found = lookUp(arguments[0].string ?? "", name, responder) else { return }
+            guard let name = arguments[1].string, let found = lookUp(arguments[0].string ?? "", name, responder) else {
+                return
+            }
             responder.reply([.variant(values.withLock { $0[found.interface]?[name] } ?? found.property.initialValue)])
         case ("GetAll", "s"):
             let interfaceName = arguments[0].string ?? ""

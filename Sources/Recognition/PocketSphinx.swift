@@ -18,7 +18,8 @@ public struct PocketSphinxModel: Sendable, Equatable {
     public init(directory: String) throws(RecognitionError) {
         let files = FileManager.default
         guard let entries = try? files.contentsOfDirectory(atPath: directory).sorted() else {
-            throw RecognitionError(.backendUnavailable, "The offline model folder \(directory) does not exist. \(Self.installHint)")
+            throw RecognitionError(
+                .backendUnavailable, "The offline model folder \(directory) does not exist. \(Self.installHint)")
         }
         let acoustic =
             files.fileExists(atPath: "\(directory)/mdef")
@@ -30,7 +31,8 @@ public struct PocketSphinxModel: Sendable, Equatable {
         guard let acoustic, let languageModel, let dictionary else {
             throw RecognitionError(
                 .backendUnavailable,
-                "The offline model in \(directory) is incomplete (it needs an acoustic model folder, a .lm.bin and a .dict). \(Self.installHint)")
+                "The offline model in \(directory) is incomplete (it needs an acoustic model folder, a .lm.bin and a .dict). \(Self.installHint)"
+            )
         }
         self.acousticModel = acoustic
         self.languageModel = "\(directory)/\(languageModel)"
@@ -75,7 +77,8 @@ public final class PocketSphinxRecognizer: Recognizer {
 
     /// Loads the model (once); later calls wait for the first load and share its outcome.
     public func load() async throws(RecognitionError) {
-        let result = await withCheckedContinuation { (continuation: CheckedContinuation<Result<Void, RecognitionError>, Never>) in
+        let result = await withCheckedContinuation {
+            (continuation: CheckedContinuation<Result<Void, RecognitionError>, Never>) in
             let startLoad = state.withLock { state -> Bool in
                 switch state {
                 case .notLoaded:
@@ -101,17 +104,23 @@ public final class PocketSphinxRecognizer: Recognizer {
         do throws(RecognitionError) {
             let model = try PocketSphinxModel(directory: directory)
             if let validator, await !validator(directory) {
-                throw RecognitionError(.backendUnavailable, "The offline model in \(directory) is broken (pocketsphinx cannot load it). \(PocketSphinxModel.installHint)")
+                throw RecognitionError(
+                    .backendUnavailable,
+                    "The offline model in \(directory) is broken (pocketsphinx cannot load it). \(PocketSphinxModel.installHint)"
+                )
             }
             try await decoder.load(model)
             outcome = .success(())
-            logger.info("offline model loaded", metadata: ["model": "\(directory)", "seconds": "\(started.duration(to: .now))"])
+            logger.info(
+                "offline model loaded", metadata: ["model": "\(directory)", "seconds": "\(started.duration(to: .now))"])
         } catch {
             outcome = .failure(error)
             logger.error("offline model unavailable", metadata: ["reason": "\(error.message)"])
         }
         let waiters = state.withLock { state in
-            guard case .loading(let waiters) = state else { return [CheckedContinuation<Result<Void, RecognitionError>, Never>]() }
+            guard case .loading(let waiters) = state else {
+                return [CheckedContinuation<Result<Void, RecognitionError>, Never>]()
+            }
             switch outcome {
             case .success: state = .loaded
             case .failure(let error): state = .failed(error)
@@ -300,11 +309,16 @@ private final class DecoderWorker {
                 decoder = Decoder(model: model)
                 done(
                     decoder == nil
-                        ? .failure(RecognitionError(.backendUnavailable, "pocketsphinx could not load the model at \(model.acousticModel). \(PocketSphinxModel.installHint)"))
+                        ? .failure(
+                            RecognitionError(
+                                .backendUnavailable,
+                                "pocketsphinx could not load the model at \(model.acousticModel). \(PocketSphinxModel.installHint)"
+                            ))
                         : .success(()))
             case .begin(let session):
                 guard let decoder else {
-                    session.continuation.finish(throwing: RecognitionError(.backendUnavailable, "The offline model is not loaded."))
+                    session.continuation.finish(
+                        throwing: RecognitionError(.backendUnavailable, "The offline model is not loaded."))
                     continue
                 }
                 if let current { end(current, deliver: false) }

@@ -15,7 +15,8 @@ public enum SttdApp {
     }
 
     /// Loads the configuration, owns the bus name and serves until SIGTERM/SIGINT or the bus goes away.
-    public static func run(configPath: String?, environment: [String: String] = ProcessInfo.processInfo.environment) async
+    public static func run(configPath: String?, environment: [String: String] = ProcessInfo.processInfo.environment)
+        async
         -> Int32
     {
         var logger = Logger(label: "sttd")
@@ -44,7 +45,8 @@ public enum SttdApp {
         let object: DBusObject
         do {
             object = try DBusObject(
-                path: SpeechBus.path, interfaces: [SpeechInterface.make(service: service, configuration: configuration)])
+                path: SpeechBus.path, interfaces: [SpeechInterface.make(service: service, configuration: configuration)]
+            )
         } catch {
             printError("sttd: internal error declaring the D-Bus object: \(error.message)")
             return ExitCode.failure
@@ -56,7 +58,8 @@ public enum SttdApp {
             let reply = try await connection.requestName(SpeechBus.name)
             guard reply == 1 else {  // DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER
                 printError(
-                    "sttd: \(SpeechBus.name) is already owned on this bus: another sttd is running (see `systemctl --user status sttd`).")
+                    "sttd: \(SpeechBus.name) is already owned on this bus: another sttd is running (see `systemctl --user status sttd`)."
+                )
                 connection.close()
                 return ExitCode.failure
             }
@@ -64,14 +67,18 @@ public enum SttdApp {
             printError("sttd: cannot own \(SpeechBus.name): \(error.message)")
             return ExitCode.failure
         }
-        logger.info("serving", metadata: ["name": "\(SpeechBus.name)", "version": "\(SttdVersion.string)", "config": "\(location.path)"])
+        logger.info(
+            "serving",
+            metadata: ["name": "\(SpeechBus.name)", "version": "\(SttdVersion.string)", "config": "\(location.path)"])
 
         let bus = BusService(connection: connection)
         let speech = SpeechRunner(service: service)
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: [
-                    .init(service: bus, successTerminationBehavior: .gracefullyShutdownGroup, failureTerminationBehavior: .gracefullyShutdownGroup),
+                    .init(
+                        service: bus, successTerminationBehavior: .gracefullyShutdownGroup,
+                        failureTerminationBehavior: .gracefullyShutdownGroup),
                     .init(service: speech),
                 ],
                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))

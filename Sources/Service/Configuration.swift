@@ -63,7 +63,8 @@ public struct Configuration: Sendable, Equatable {
     public static func path(explicit: String?, environment: [String: String]) -> (path: String, isExplicit: Bool) {
         if let explicit { return (explicit, true) }
         if let fromEnvironment = environment["STTD_CONFIG"], !fromEnvironment.isEmpty { return (fromEnvironment, true) }
-        let configHome = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+        let configHome =
+            environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
             ?? "\(environment["HOME"] ?? NSHomeDirectory())/.config"
         return ("\(configHome)/sttd/config.toml", false)
     }
@@ -91,7 +92,8 @@ public struct Configuration: Sendable, Equatable {
             table = try TOMLTable(string: text)
         } catch let error as TOMLParseError {
             throw ConfigurationError(
-                "line \(error.source.begin.line), column \(error.source.begin.column): not valid TOML: \(error.description)")
+                "line \(error.source.begin.line), column \(error.source.begin.column): not valid TOML: \(error.description)"
+            )
         } catch {
             throw ConfigurationError("not valid TOML: \(error)")
         }
@@ -103,7 +105,8 @@ public struct Configuration: Sendable, Equatable {
         interimResults = try reader.bool("interim_results", default: interimResults)
         autoStopMilliseconds = try reader.milliseconds("auto_stop_ms", default: autoStopMilliseconds, allowZero: true)
         output = try reader.choice("output", default: output)
-        stopTimeoutMilliseconds = try reader.milliseconds("stop_timeout_ms", default: stopTimeoutMilliseconds, allowZero: false)
+        stopTimeoutMilliseconds = try reader.milliseconds(
+            "stop_timeout_ms", default: stopTimeoutMilliseconds, allowZero: false)
         history = try reader.bool("history", default: history)
 
         if let localTable = try reader.table("local") {
@@ -131,7 +134,8 @@ public struct Configuration: Sendable, Equatable {
         }
         if autoStopMilliseconds != 0 {
             throw ConfigurationError(
-                "auto_stop_ms = \(autoStopMilliseconds) is not supported by this version of sttd yet; set auto_stop_ms = 0.")
+                "auto_stop_ms = \(autoStopMilliseconds) is not supported by this version of sttd yet; set auto_stop_ms = 0."
+            )
         }
     }
 
@@ -154,18 +158,22 @@ public struct Configuration: Sendable, Equatable {
     }
 
     static func checkStreamingURL(_ text: String) throws(ConfigurationError) {
-        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty else {
-            throw ConfigurationError("deepgram.url = \"\(text)\" is not a URL; use one like \"wss://api.deepgram.com/v1/listen\".")
+        guard let url = URL(string: text), let scheme = url.scheme?.lowercased(), let host = url.host, !host.isEmpty
+        else {
+            throw ConfigurationError(
+                "deepgram.url = \"\(text)\" is not a URL; use one like \"wss://api.deepgram.com/v1/listen\".")
         }
         switch scheme {
         case "wss": return
         case "ws":
             guard isLoopback(host) else {
                 throw ConfigurationError(
-                    "deepgram.url = \"\(text)\" uses plain ws:// to a non-loopback host, which would send your key and audio unencrypted; use wss://.")
+                    "deepgram.url = \"\(text)\" uses plain ws:// to a non-loopback host, which would send your key and audio unencrypted; use wss://."
+                )
             }
         default:
-            throw ConfigurationError("deepgram.url = \"\(text)\" must start with wss:// (or ws:// for a server on this machine).")
+            throw ConfigurationError(
+                "deepgram.url = \"\(text)\" must start with wss:// (or ws:// for a server on this machine).")
         }
     }
 
@@ -188,7 +196,8 @@ private struct TableReader {
     }
 
     private func wrongType(_ key: String, _ value: any TOMLValueConvertible, _ expected: String) -> ConfigurationError {
-        ConfigurationError("\(prefix)\(key) = \(value.debugDescription) is a \(value.type), but it must be \(expected).")
+        ConfigurationError(
+            "\(prefix)\(key) = \(value.debugDescription) is a \(value.type), but it must be \(expected).")
     }
 
     mutating func string(_ key: String, default value: String) throws(ConfigurationError) -> String {
@@ -205,18 +214,23 @@ private struct TableReader {
         return bool
     }
 
-    mutating func milliseconds(_ key: String, default value: UInt32, allowZero: Bool) throws(ConfigurationError) -> UInt32 {
+    mutating func milliseconds(_ key: String, default value: UInt32, allowZero: Bool) throws(ConfigurationError)
+        -> UInt32
+    {
         seen.insert(key)
         guard let raw = table[key] else { return value }
         guard raw.type == .int, let int = raw.int else { throw wrongType(key, raw, "a whole number of milliseconds") }
         let range = (allowZero ? 0 : 1)...600_000
         guard range.contains(int) else {
-            throw ConfigurationError("\(prefix)\(key) = \(int) is out of range; allowed: \(range.lowerBound) to \(range.upperBound) milliseconds.")
+            throw ConfigurationError(
+                "\(prefix)\(key) = \(int) is out of range; allowed: \(range.lowerBound) to \(range.upperBound) milliseconds."
+            )
         }
         return UInt32(int)
     }
 
-    mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, default value: T) throws(ConfigurationError) -> T
+    mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, default value: T) throws(ConfigurationError)
+        -> T
     where T.RawValue == String {
         let allowed = T.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
         seen.insert(key)
@@ -257,6 +271,7 @@ private struct TableReader {
         let unknown = table.keys.filter { !seen.contains($0) }.sorted()
         guard let first = unknown.first else { return }
         let allowed = seen.sorted().joined(separator: ", ")
-        throw ConfigurationError("\(prefix)\(first) is not a known setting (known here: \(allowed)); check its spelling.")
+        throw ConfigurationError(
+            "\(prefix)\(first) is not a known setting (known here: \(allowed)); check its spelling.")
     }
 }

@@ -25,9 +25,15 @@ public struct SpeechError: Error, Sendable, Equatable, CustomStringConvertible, 
     }
 
     public static func notAuthorized(_ message: String) -> SpeechError { SpeechError(.notAuthorized, message) }
-    public static func microphoneUnavailable(_ message: String) -> SpeechError { SpeechError(.microphoneUnavailable, message) }
-    public static func backendUnavailable(_ message: String) -> SpeechError { SpeechError(.backendUnavailable, message) }
-    public static func invalidConfiguration(_ message: String) -> SpeechError { SpeechError(.invalidConfiguration, message) }
+    public static func microphoneUnavailable(_ message: String) -> SpeechError {
+        SpeechError(.microphoneUnavailable, message)
+    }
+    public static func backendUnavailable(_ message: String) -> SpeechError {
+        SpeechError(.backendUnavailable, message)
+    }
+    public static func invalidConfiguration(_ message: String) -> SpeechError {
+        SpeechError(.invalidConfiguration, message)
+    }
     public static func busy(_ message: String) -> SpeechError { SpeechError(.busy, message) }
     public static func `internal`(_ message: String) -> SpeechError { SpeechError(.internal, message) }
 

@@ -34,7 +34,8 @@ public enum SpeechInterface {
                     try await required(service).cancel()
                     return []
                 },
-                DBusMethod("ToggleTranscribing", inputs: [options], outputs: [DBusArgument("listening", .boolean)]) { call in
+                DBusMethod("ToggleTranscribing", inputs: [options], outputs: [DBusArgument("listening", .boolean)]) {
+                    call in
                     let parsed = try StartOptions(parsing: call.arguments[0])
                     return [.boolean(try await required(service).toggle(parsed))]
                 },
@@ -45,12 +46,16 @@ public enum SpeechInterface {
                 DBusMethod("RequestAuthorization", outputs: [DBusArgument("status", .string)]) { _ in
                     [.string(try await required(service).requestAuthorization())]
                 },
-                DBusMethod("ListSources", outputs: [DBusArgument("sources", .array(.structure([.string, .string, .boolean])))]) { _ in
+                DBusMethod(
+                    "ListSources", outputs: [DBusArgument("sources", .array(.structure([.string, .string, .boolean])))]
+                ) { _ in
                     let sources = try await required(service).listSources()
                     return [
                         .array(
                             .structure([.string, .string, .boolean]),
-                            sources.map { .structure([.string($0.name), .string($0.description), .boolean($0.isDefault)]) })
+                            sources.map {
+                                .structure([.string($0.name), .string($0.description), .boolean($0.isDefault)])
+                            })
                     ]
                 },
             ],
@@ -80,7 +85,8 @@ public enum SpeechInterface {
                         DBusArgument("transcript", .string), DBusArgument("segment", .string),
                         DBusArgument("is_final", .boolean),
                     ]),
-                DBusSignal("SessionFailed", arguments: [DBusArgument("error_name", .string), DBusArgument("message", .string)]),
+                DBusSignal(
+                    "SessionFailed", arguments: [DBusArgument("error_name", .string), DBusArgument("message", .string)]),
                 DBusSignal("AudioLevel", arguments: [DBusArgument("rms_dbfs", .double)]),
             ])
     }

@@ -209,7 +209,8 @@ public actor SpeechService {
 
     private func stopTimedOut(token: Int) {
         guard let session, session.token == token else { return }
-        logger.warning("stop timed out; ending the session with the finals received so far",
+        logger.warning(
+            "stop timed out; ending the session with the finals received so far",
             metadata: ["stop_timeout_ms": "\(configuration.stopTimeoutMilliseconds)"])
         session.close(flush: false)
     }
@@ -219,7 +220,8 @@ public actor SpeechService {
     func received(_ result: RecognitionResult, token: Int) {
         guard session?.token == token, transcript.apply(result) else { return }
         let text = transcript.text
-        object?.emit("TranscriptChanged", [.string(text), .string(Transcript.normalized(result.text)), .boolean(result.isFinal)])
+        object?.emit(
+            "TranscriptChanged", [.string(text), .string(Transcript.normalized(result.text)), .boolean(result.isFinal)])
         object?.setProperty("Transcript", .string(text))
     }
 
@@ -232,7 +234,8 @@ public actor SpeechService {
             return handle(.failed(SpeechError(captureError)))
         }
         if let recognitionError {
-            let error = (recognitionError as? RecognitionError).map(SpeechError.init) ?? .internal("\(recognitionError)")
+            let error =
+                (recognitionError as? RecognitionError).map(SpeechError.init) ?? .internal("\(recognitionError)")
             return handle(.failed(error))
         }
         handle(.closed)

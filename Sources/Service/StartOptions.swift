@@ -54,7 +54,8 @@ public struct StartOptions: Sendable, Equatable {
                     throw .invalidArgs("option 'output' must be 'none', 'type' or 'clipboard', not '\(mode)'")
                 }
                 guard mode == "none" else {
-                    throw .invalidArgs("option 'output' = '\(mode)' is not supported by this version of sttd yet (only 'none')")
+                    throw .invalidArgs(
+                        "option 'output' = '\(mode)' is not supported by this version of sttd yet (only 'none')")
                 }
             default:
                 throw .invalidArgs("unknown option '\(key)'; known options: \(Self.known.joined(separator: ", "))")

@@ -11,7 +11,8 @@ struct Sttd: AsyncParsableCommand {
         abstract: "Speech-to-text for the Linux desktop, as a D-Bus service (io.github.sttd.Speech1).",
         version: SttdVersion.string)
 
-    @Option(help: "Read the configuration from this file (default: $STTD_CONFIG, then $XDG_CONFIG_HOME/sttd/config.toml).")
+    @Option(
+        help: "Read the configuration from this file (default: $STTD_CONFIG, then $XDG_CONFIG_HOME/sttd/config.toml).")
     var config: String?
 
     @Flag(help: "Print the D-Bus interface XML and exit.")

@@ -1,8 +1,8 @@
 import Capture
 import Foundation
 import Logging
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Level meter")
 struct LevelMeterTests {
@@ -11,7 +11,8 @@ struct LevelMeterTests {
         let loud = AudioChunk(samples: (0..<800).map { $0 % 2 == 0 ? Int16.max : Int16.min + 1 })
         #expect(meter.add(loud) == nil, "half an interval gives no reading yet")
         let level = meter.add(loud)
-        #expect(level.map { abs($0) < 0.01 } == true, "full-scale square wave is 0 dBFS, got \(String(describing: level))")
+        #expect(
+            level.map { abs($0) < 0.01 } == true, "full-scale square wave is 0 dBFS, got \(String(describing: level))")
         let silence = AudioChunk(samples: Array(repeating: 0, count: 1600))
         #expect(meter.add(silence) == -96)
     }
@@ -36,7 +37,9 @@ struct PulseCaptureTests {
         let capture = try await PulseAudio.capture(source: nil, server: pulse.server, logger: logger)
         let pactl = try requireTool("pactl", package: "pulseaudio-utils")
         let outputs = try run(pactl, ["list", "source-outputs"], environment: pulse.environmentForClients())
-        for property in ["application.name = \"sttd\"", "application.id = \"io.github.sttd\"", "media.role = \"production\""] {
+        for property in [
+            "application.name = \"sttd\"", "application.id = \"io.github.sttd\"", "media.role = \"production\"",
+        ] {
             #expect(outputs.stdout.contains(property), "\(property) in \(outputs.stdout)")
         }
         try pulse.play(recording.path)

@@ -1,7 +1,7 @@
 import DBus
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
 @Suite("Signatures")
 struct SignatureTests {
@@ -38,7 +38,10 @@ final class EchoFixture: Sendable {
                 DBusInterface(
                     name: "test.Echo",
                     methods: [
-                        DBusMethod("Echo", inputs: [DBusArgument("value", .variant)], outputs: [DBusArgument("value", .variant)]) { call in
+                        DBusMethod(
+                            "Echo", inputs: [DBusArgument("value", .variant)],
+                            outputs: [DBusArgument("value", .variant)]
+                        ) { call in
                             call.arguments
                         },
                         DBusMethod("Fail") { _ in
@@ -62,10 +65,13 @@ final class EchoFixture: Sendable {
         _ = try await server.requestName("test.Echo")
     }
 
-    func call(_ member: String, interface: String? = "test.Echo", _ arguments: [DBusValue] = [], path: String = "/test/Echo")
+    func call(
+        _ member: String, interface: String? = "test.Echo", _ arguments: [DBusValue] = [], path: String = "/test/Echo"
+    )
         async throws -> [DBusValue]
     {
-        try await client.call(destination: "test.Echo", path: path, interface: interface, member: member, arguments: arguments)
+        try await client.call(
+            destination: "test.Echo", path: path, interface: interface, member: member, arguments: arguments)
     }
 
     deinit {
@@ -82,14 +88,22 @@ struct BindingTests {
         .int64(Int64.min), .uint64(UInt64.max), .double(-0.25), .string(""), .string("grüße 🎙️"),
         .objectPath("/a/b"), .signature("a{sv}"),
         .strings([]), .strings(["one", "two"]),
-        .vardict([("backend", .string("local")), ("interim_results", .boolean(false)), ("keyterms", .strings(["sttd"]))]),
-        .variant(.variant(.variant(.uint32(1)))),
-        .array(.structure([.string, .string, .boolean]), [.structure([.string("mic.monitor"), .string("Mic"), .boolean(true)])]),
-        .array(.structure([.string, .int64, .string]), []),
-        .array(.structure([.string, .int64, .string]), [.structure([.string("id"), .int64(1_700_000_000_000_000), .string("hello")])]),
-        .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [
-            .init(.string("outer"), .vardict([("inner", .double(1.5))]))
+        .vardict([
+            ("backend", .string("local")), ("interim_results", .boolean(false)), ("keyterms", .strings(["sttd"])),
         ]),
+        .variant(.variant(.variant(.uint32(1)))),
+        .array(
+            .structure([.string, .string, .boolean]),
+            [.structure([.string("mic.monitor"), .string("Mic"), .boolean(true)])]),
+        .array(.structure([.string, .int64, .string]), []),
+        .array(
+            .structure([.string, .int64, .string]),
+            [.structure([.string("id"), .int64(1_700_000_000_000_000), .string("hello")])]),
+        .dictionary(
+            key: .string, value: .dictionary(key: .string, value: .variant),
+            [
+                .init(.string("outer"), .vardict([("inner", .double(1.5))]))
+            ]),
         .array(.array(.variant), [.array(.variant, [.variant(.string("x"))])]),
     ]
 
@@ -132,13 +146,16 @@ struct BindingTests {
 
     @Test func introspectionListsEverything() async throws {
         let fixture = try await EchoFixture()
-        let xml = try await fixture.call("Introspect", interface: "org.freedesktop.DBus.Introspectable").first?.string ?? ""
-        for fragment in ["<method name=\"Echo\">", "<property name=\"Name\" type=\"s\" access=\"readwrite\"/>",
-                         "value=\"const\"", "<signal name=\"Ping\">", "org.freedesktop.DBus.Peer"]
-        {
+        let xml =
+            try await fixture.call("Introspect", interface: "org.freedesktop.DBus.Introspectable").first?.string ?? ""
+        for fragment in [
+            "<method name=\"Echo\">", "<property name=\"Name\" type=\"s\" access=\"readwrite\"/>",
+            "value=\"const\"", "<signal name=\"Ping\">", "org.freedesktop.DBus.Peer",
+        ] {
             #expect(xml.contains(fragment), "\(fragment)")
         }
-        let parent = try await fixture.call("Introspect", interface: "org.freedesktop.DBus.Introspectable", path: "/test")
+        let parent = try await fixture.call(
+            "Introspect", interface: "org.freedesktop.DBus.Introspectable", path: "/test")
         #expect(parent.first?.string?.contains("<node name=\"Echo\"/>") == true)
     }
 
@@ -147,8 +164,12 @@ struct BindingTests {
         let changes = try await fixture.client.signals(
             path: "/test/Echo", interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged")
         let props = "org.freedesktop.DBus.Properties"
-        #expect(try await fixture.call("Get", interface: props, [.string("test.Echo"), .string("Name")]) == [.variant(.string("initial"))])
-        _ = try await fixture.call("Set", interface: props, [.string("test.Echo"), .string("Name"), .variant(.string("new"))])
+        #expect(
+            try await fixture.call("Get", interface: props, [.string("test.Echo"), .string("Name")]) == [
+                .variant(.string("initial"))
+            ])
+        _ = try await fixture.call(
+            "Set", interface: props, [.string("test.Echo"), .string("Name"), .variant(.string("new"))])
         var iterator = changes.makeAsyncIterator()
         let signal = await iterator.next()
         #expect(signal?.arguments == [.string("test.Echo"), .vardict([("Name", .string("new"))]), .strings([])])
@@ -156,15 +177,18 @@ struct BindingTests {
         #expect(all == [.vardict([("Name", .string("new")), ("Fixed", .uint32(7))])])
 
         let readOnly = await #expect(throws: DBusError.self) {
-            try await fixture.call("Set", interface: props, [.string("test.Echo"), .string("Fixed"), .variant(.uint32(1))])
+            try await fixture.call(
+                "Set", interface: props, [.string("test.Echo"), .string("Fixed"), .variant(.uint32(1))])
         }
         #expect(readOnly?.name == "org.freedesktop.DBus.Error.PropertyReadOnly")
         let wrongType = await #expect(throws: DBusError.self) {
-            try await fixture.call("Set", interface: props, [.string("test.Echo"), .string("Name"), .variant(.uint32(1))])
+            try await fixture.call(
+                "Set", interface: props, [.string("test.Echo"), .string("Name"), .variant(.uint32(1))])
         }
         #expect(wrongType?.name == "org.freedesktop.DBus.Error.InvalidArgs")
         let refused = await #expect(throws: DBusError.self) {
-            try await fixture.call("Set", interface: props, [.string("test.Echo"), .string("Name"), .variant(.string("bad"))])
+            try await fixture.call(
+                "Set", interface: props, [.string("test.Echo"), .string("Name"), .variant(.string("bad"))])
         }
         #expect(refused?.message == "Name must not be 'bad'")
         let unknown = await #expect(throws: DBusError.self) {
@@ -190,7 +214,8 @@ struct BindingTests {
         let count = try await withThrowingTaskGroup(of: Int.self) { group in
             for n in 0..<100 {  // dbus-daemon allows 128 pending replies per connection
                 group.addTask {
-                    let reply = try await fixture.call(n % 10 == 0 ? "Slow" : "Echo", n % 10 == 0 ? [] : [.variant(.uint32(UInt32(n)))])
+                    let reply = try await fixture.call(
+                        n % 10 == 0 ? "Slow" : "Echo", n % 10 == 0 ? [] : [.variant(.uint32(UInt32(n)))])
                     return reply.count
                 }
             }

@@ -1,187 +1,212 @@
 import DBus
 import Foundation
-import Testing
 import TestSupport
+import Testing
 
-@Suite("Dictating recorded speech through PulseAudio", .serialized)
-struct DictationTests {
-    /// Every LibriVox file through the virtual microphone; the WER is compared with
-    /// `pocketsphinx_continuous -infile` on the same file.
-    @Test func transcribesEveryLibriVoxFileLikeTheReferenceTool() async throws {
-        let reference = try requireTool("pocketsphinx_continuous", package: "pocketsphinx")
-        let sttd = try await SttdFixture()
-        var ourErrors = 0.0
-        var theirErrors = 0.0
-        var words = 0
-        var report: [String] = []
-        for recording in try LibriVox.recordings() {
+extension Integration {
+    @Suite("Dictating recorded speech through PulseAudio", .serialized)
+    struct DictationTests {
+        /// Every LibriVox file through the virtual microphone; the WER is compared with
+        /// `pocketsphinx_continuous -infile` on the same file.
+        @Test func transcribesEveryLibriVoxFileLikeTheReferenceTool() async throws {
+            let reference = try requireTool("pocketsphinx_continuous", package: "pocketsphinx")
+            let sttd = try await SttdFixture()
+            var ourErrors = 0.0
+            var theirErrors = 0.0
+            var words = 0
+            var report: [String] = []
+            for recording in try LibriVox.recordings() {
+                let recorder = try await sttd.record()
+                try await sttd.call("StartTranscribing", [.vardict([])])
+                try sttd.pulse.play(recording.path)
+                // Trailing silence lets the endpointer close the utterance, as it would for a person.
+                await recorder.wait(timeout: .seconds(3)) { signals in
+                    signals.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
+                }
+                let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+                let expected = try run(reference, ["-infile", recording.path, "-logfn", "/dev/null"]).stdout
+
+                let ours = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(transcript))
+                let theirs = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(expected))
+                ourErrors += ours * Double(recording.reference.count) / 100
+                theirErrors += theirs * Double(recording.reference.count) / 100
+                words += recording.reference.count
+                #expect(abs(ours - theirs) <= 3, "\(recording.id): sttd \(ours)% vs pocketsphinx_continuous \(theirs)%")
+                report.append(
+                    "\(recording.id): sttd \(String(format: "%.1f", ours))% \"\(transcript)\" | pocketsphinx_continuous \(String(format: "%.1f", theirs))%"
+                )
+
+                let updates = recorder.signals(named: "TranscriptChanged")
+                let firstFinal = try #require(
+                    updates.firstIndex { $0.arguments.last == .boolean(true) }, "a final for \(recording.id)")
+                #expect(
+                    updates[..<firstFinal].contains { $0.arguments.last == .boolean(false) },
+                    "interim before final: \(recording.id)")
+                #expect(!recorder.signals(named: "AudioLevel").isEmpty)
+            }
+            let ourWER = ourErrors / Double(words) * 100
+            let theirWER = theirErrors / Double(words) * 100
+            print(
+                "WER over \(words) words: sttd \(String(format: "%.2f", ourWER))%, pocketsphinx_continuous \(String(format: "%.2f", theirWER))%"
+            )
+            for line in report { print("  " + line) }
+            #expect(abs(ourWER - theirWER) <= 3, "sttd \(ourWER)% vs pocketsphinx_continuous \(theirWER)%")
+        }
+
+        @Test func killingPulseAudioFailsTheSessionAndKeepsFinals() async throws {
+            let sttd = try await SttdFixture()
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(recording.path)
-            // Trailing silence lets the endpointer close the utterance, as it would for a person.
-            await recorder.wait(timeout: .seconds(3)) { signals in
+            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            let gotFinal = await recorder.wait { signals in
                 signals.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
             }
-            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
-            let expected = try run(reference, ["-infile", recording.path, "-logfn", "/dev/null"]).stdout
+            #expect(gotFinal)
+            let finals = recorder.signals(named: "TranscriptChanged").filter { $0.arguments.last == .boolean(true) }
+            let heard = finals.last?.arguments.first?.string ?? ""
+            #expect(!heard.isEmpty)
 
-            let ours = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(transcript))
-            let theirs = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(expected))
-            ourErrors += ours * Double(recording.reference.count) / 100
-            theirErrors += theirs * Double(recording.reference.count) / 100
-            words += recording.reference.count
-            #expect(abs(ours - theirs) <= 3, "\(recording.id): sttd \(ours)% vs pocketsphinx_continuous \(theirs)%")
-            report.append("\(recording.id): sttd \(String(format: "%.1f", ours))% \"\(transcript)\" | pocketsphinx_continuous \(String(format: "%.1f", theirs))%")
+            sttd.pulse.kill()
+            let failed = await recorder.wait { signals in signals.contains { $0.member == "SessionFailed" } }
+            #expect(failed)
+            let failure = recorder.signals(named: "SessionFailed").first?.arguments
+            #expect(failure?.first == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
+            #expect(try await sttd.property("State") == .string("idle"))
+            #expect(try await sttd.property("Transcript") == .string(heard))
+            #expect(try await sttd.property("MicrophoneStatus") == .string("unavailable"))
+            #expect(
+                try await sttd.property("LastError") == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
 
-            let updates = recorder.signals(named: "TranscriptChanged")
-            let firstFinal = try #require(updates.firstIndex { $0.arguments.last == .boolean(true) }, "a final for \(recording.id)")
-            #expect(updates[..<firstFinal].contains { $0.arguments.last == .boolean(false) }, "interim before final: \(recording.id)")
-            #expect(!recorder.signals(named: "AudioLevel").isEmpty)
+            // Without a sound server, starting fails clearly; the service keeps answering.
+            let down = await #expect(throws: DBusError.self) {
+                try await sttd.call("StartTranscribing", [.vardict([])])
+            }
+            #expect(down?.name == "io.github.sttd.Speech1.Error.MicrophoneUnavailable")
+            try await sttd.call("Ping", interface: "org.freedesktop.DBus.Peer")
+
+            try sttd.pulse.start()
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            #expect(try await sttd.property("State") == .string("listening"))
+            #expect(try await sttd.property("MicrophoneStatus") == .string("authorized"))
+            _ = try await sttd.call("StopTranscribing")
         }
-        let ourWER = ourErrors / Double(words) * 100
-        let theirWER = theirErrors / Double(words) * 100
-        print("WER over \(words) words: sttd \(String(format: "%.2f", ourWER))%, pocketsphinx_continuous \(String(format: "%.2f", theirWER))%")
-        for line in report { print("  " + line) }
-        #expect(abs(ourWER - theirWER) <= 3, "sttd \(ourWER)% vs pocketsphinx_continuous \(theirWER)%")
+
+        @Test func sttctlDrivesTheServiceWithContractExitCodes() async throws {
+            let sttd = try await SttdFixture()
+            #expect(try sttd.sttctl(["start"]).status == 0)
+            let status = try sttd.sttctl(["status", "--json"])
+            #expect(status.status == 0)
+            for key in [
+                "\"State\":\"listening\"", "\"Transcript\":", "\"AuthorizationStatus\":", "\"MicrophoneStatus\":",
+                "\"Backend\":\"local\"", "\"Language\":", "\"Source\":", "\"LastError\":", "\"Version\":",
+            ] {
+                #expect(status.stdout.contains(key), "\(key) in \(status.stdout)")
+            }
+            // `watch --json` follows the transcript while a recording plays.
+            let watchOutput = "\(sttd.home)/watch.jsonl"
+            let watch = try ChildProcess(
+                try builtExecutable("sttctl"), ["watch", "--json"], environment: sttd.environment, stdout: watchOutput)
+            try await Task.sleep(for: .milliseconds(500))
+            try sttd.pulse.play(try LibriVox.recordings()[4].path)
+            try await Task.sleep(for: .milliseconds(800))
+            let stop = try sttd.sttctl(["stop"])
+            #expect(stop.status == 0)
+            let spoken = stop.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+            #expect(!spoken.isEmpty)
+            try await Task.sleep(for: .milliseconds(300))
+            watch.stop()
+            let lines = try String(contentsOfFile: watchOutput, encoding: .utf8).split(separator: "\n")
+            #expect(lines.contains { $0.contains("\"is_final\":true") })
+            #expect(lines.contains { $0.contains("\"is_final\":false") })
+            #expect(lines.allSatisfy { $0.hasPrefix("{\"transcript\":") && $0.contains("\"segment\":") })
+
+            #expect(try sttd.sttctl(["transcript"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == spoken)
+            #expect(try sttd.sttctl(["sources"]).stdout.contains("* mic.monitor"))
+            #expect(try sttd.sttctl(["authorize"]).stdout.contains("recognizer: authorized"))
+            #expect(try sttd.sttctl(["toggle"]).status == 0)
+            #expect(try sttd.sttctl(["toggle"]).status == 0)
+            #expect(try sttd.sttctl(["cancel"]).status == 0)
+            #expect(try sttd.sttctl(["reset"]).status == 0)
+            #expect(try sttd.sttctl(["transcript"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty)
+
+            let refused = try sttd.sttctl(["start", "--output", "type"])
+            #expect(refused.status == 4)
+            #expect(refused.stderr.contains("org.freedesktop.DBus.Error.InvalidArgs"))
+            #expect(try sttd.sttctl(["start", "--frobnicate"]).status == 2)
+            #expect(try sttd.sttctl(["dance"]).status == 2)
+            #expect(try sttd.sttctl(["--help"]).status == 0)
+            #expect(try sttd.sttctl(["--generate-completion-script", "bash"]).stdout.contains("sttctl"))
+
+            sttd.sttd.stop()
+            let unreachable = try sttd.sttctl(["status"])
+            #expect(unreachable.status == 3)
+            #expect(unreachable.stderr.contains("systemctl --user start sttd"))
+        }
     }
 
-    @Test func killingPulseAudioFailsTheSessionAndKeepsFinals() async throws {
-        let sttd = try await SttdFixture()
-        let recorder = try await sttd.record()
-        try await sttd.call("StartTranscribing", [.vardict([])])
-        try sttd.pulse.play(try LibriVox.recordings()[1].path)
-        let gotFinal = await recorder.wait { signals in
-            signals.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
-        }
-        #expect(gotFinal)
-        let finals = recorder.signals(named: "TranscriptChanged").filter { $0.arguments.last == .boolean(true) }
-        let heard = finals.last?.arguments.first?.string ?? ""
-        #expect(!heard.isEmpty)
-
-        sttd.pulse.kill()
-        let failed = await recorder.wait { signals in signals.contains { $0.member == "SessionFailed" } }
-        #expect(failed)
-        let failure = recorder.signals(named: "SessionFailed").first?.arguments
-        #expect(failure?.first == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
-        #expect(try await sttd.property("State") == .string("idle"))
-        #expect(try await sttd.property("Transcript") == .string(heard))
-        #expect(try await sttd.property("MicrophoneStatus") == .string("unavailable"))
-        #expect(try await sttd.property("LastError") == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
-
-        // Without a sound server, starting fails clearly; the service keeps answering.
-        let down = await #expect(throws: DBusError.self) { try await sttd.call("StartTranscribing", [.vardict([])]) }
-        #expect(down?.name == "io.github.sttd.Speech1.Error.MicrophoneUnavailable")
-        try await sttd.call("Ping", interface: "org.freedesktop.DBus.Peer")
-
-        try sttd.pulse.start()
-        try await sttd.call("StartTranscribing", [.vardict([])])
-        #expect(try await sttd.property("State") == .string("listening"))
-        #expect(try await sttd.property("MicrophoneStatus") == .string("authorized"))
-        _ = try await sttd.call("StopTranscribing")
-    }
-
-    @Test func sttctlDrivesTheServiceWithContractExitCodes() async throws {
-        let sttd = try await SttdFixture()
-        #expect(try sttd.sttctl(["start"]).status == 0)
-        let status = try sttd.sttctl(["status", "--json"])
-        #expect(status.status == 0)
-        for key in ["\"State\":\"listening\"", "\"Transcript\":", "\"AuthorizationStatus\":", "\"MicrophoneStatus\":", "\"Backend\":\"local\"", "\"Language\":", "\"Source\":", "\"LastError\":", "\"Version\":"] {
-            #expect(status.stdout.contains(key), "\(key) in \(status.stdout)")
-        }
-        // `watch --json` follows the transcript while a recording plays.
-        let watchOutput = "\(sttd.home)/watch.jsonl"
-        let watch = try ChildProcess(try builtExecutable("sttctl"), ["watch", "--json"], environment: sttd.environment, stdout: watchOutput)
-        try await Task.sleep(for: .milliseconds(500))
-        try sttd.pulse.play(try LibriVox.recordings()[4].path)
-        try await Task.sleep(for: .milliseconds(800))
-        let stop = try sttd.sttctl(["stop"])
-        #expect(stop.status == 0)
-        let spoken = stop.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
-        #expect(!spoken.isEmpty)
-        try await Task.sleep(for: .milliseconds(300))
-        watch.stop()
-        let lines = try String(contentsOfFile: watchOutput, encoding: .utf8).split(separator: "\n")
-        #expect(lines.contains { $0.contains("\"is_final\":true") })
-        #expect(lines.contains { $0.contains("\"is_final\":false") })
-        #expect(lines.allSatisfy { $0.hasPrefix("{\"transcript\":") && $0.contains("\"segment\":") })
-
-        #expect(try sttd.sttctl(["transcript"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines) == spoken)
-        #expect(try sttd.sttctl(["sources"]).stdout.contains("* mic.monitor"))
-        #expect(try sttd.sttctl(["authorize"]).stdout.contains("recognizer: authorized"))
-        #expect(try sttd.sttctl(["toggle"]).status == 0)
-        #expect(try sttd.sttctl(["toggle"]).status == 0)
-        #expect(try sttd.sttctl(["cancel"]).status == 0)
-        #expect(try sttd.sttctl(["reset"]).status == 0)
-        #expect(try sttd.sttctl(["transcript"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty)
-
-        let refused = try sttd.sttctl(["start", "--output", "type"])
-        #expect(refused.status == 4)
-        #expect(refused.stderr.contains("org.freedesktop.DBus.Error.InvalidArgs"))
-        #expect(try sttd.sttctl(["start", "--frobnicate"]).status == 2)
-        #expect(try sttd.sttctl(["dance"]).status == 2)
-        #expect(try sttd.sttctl(["--help"]).status == 0)
-        #expect(try sttd.sttctl(["--generate-completion-script", "bash"]).stdout.contains("sttctl"))
-
-        sttd.sttd.stop()
-        let unreachable = try sttd.sttctl(["status"])
-        #expect(unreachable.status == 3)
-        #expect(unreachable.stderr.contains("systemctl --user start sttd"))
-    }
 }
 
-@Suite("Desktop integration files")
-struct DesktopIntegrationTests {
-    @Test func busActivationStartsTheService() async throws {
-        let services = try makeTemporaryDirectory("sttd-services")
-        let home = try makeTemporaryDirectory("sttd-home")
-        defer {
-            try? FileManager.default.removeItem(atPath: services)
-            try? FileManager.default.removeItem(atPath: home)
+extension Integration {
+    @Suite("Desktop integration files")
+    struct DesktopIntegrationTests {
+        @Test func busActivationStartsTheService() async throws {
+            let services = try makeTemporaryDirectory("sttd-services")
+            let home = try makeTemporaryDirectory("sttd-home")
+            defer {
+                try? FileManager.default.removeItem(atPath: services)
+                try? FileManager.default.removeItem(atPath: home)
+            }
+            let template = try String(
+                contentsOfFile: "\(packageRoot)/dbus/io.github.sttd.Speech1.service", encoding: .utf8)
+            #expect(template.contains("SystemdService=sttd.service"))
+            let activation = template.split(separator: "\n").map { line in
+                line.hasPrefix("Exec=") ? "Exec=\(try! builtExecutable("sttd"))" : String(line)
+            }.joined(separator: "\n")
+            try activation.write(
+                toFile: "\(services)/io.github.sttd.Speech1.service", atomically: true, encoding: .utf8)
+            let pulse = try HeadlessPulse()
+            var environment = pulse.environmentForClients()
+            environment["HOME"] = home
+            environment["XDG_CONFIG_HOME"] = "\(home)/config"
+            environment["XDG_DATA_HOME"] = "\(home)/data"
+            let bus = try PrivateBus(serviceDirectory: services, environment: environment)
+            defer { bus.stop() }
+            environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
+            let status = try run(try builtExecutable("sttctl"), ["status"], environment: environment, timeout: 30)
+            #expect(status.status == 0, "\(status.stderr)")
+            #expect(status.stdout.contains("State: idle"))
+            // Stop the activated service through its bus name owner.
+            let client = try await DBusConnection.connect(to: .address(bus.address))
+            let owner = try await client.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetConnectionUnixProcessID", arguments: [.string("io.github.sttd.Speech1")])
+            if let pid = owner.first?.uint32 { kill(pid_t(pid), SIGTERM) }
+            client.close()
         }
-        let template = try String(contentsOfFile: "\(packageRoot)/dbus/io.github.sttd.Speech1.service", encoding: .utf8)
-        #expect(template.contains("SystemdService=sttd.service"))
-        let activation = template.split(separator: "\n").map { line in
-            line.hasPrefix("Exec=") ? "Exec=\(try! builtExecutable("sttd"))" : String(line)
-        }.joined(separator: "\n")
-        try activation.write(toFile: "\(services)/io.github.sttd.Speech1.service", atomically: true, encoding: .utf8)
-        let pulse = try HeadlessPulse()
-        var environment = pulse.environmentForClients()
-        environment["HOME"] = home
-        environment["XDG_CONFIG_HOME"] = "\(home)/config"
-        environment["XDG_DATA_HOME"] = "\(home)/data"
-        let bus = try PrivateBus(serviceDirectory: services, environment: environment)
-        defer { bus.stop() }
-        environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
-        let status = try run(try builtExecutable("sttctl"), ["status"], environment: environment, timeout: 30)
-        #expect(status.status == 0, "\(status.stderr)")
-        #expect(status.stdout.contains("State: idle"))
-        // Stop the activated service through its bus name owner.
-        let client = try await DBusConnection.connect(to: .address(bus.address))
-        let owner = try await client.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetConnectionUnixProcessID", arguments: [.string("io.github.sttd.Speech1")])
-        if let pid = owner.first?.uint32 { kill(pid_t(pid), SIGTERM) }
-        client.close()
-    }
 
-    @Test func systemdAcceptsTheUnit() throws {
-        guard let analyze = try? requireTool("systemd-analyze", package: "systemd") else {
-            print("skipped: systemd-analyze is not installed here (Debian package systemd)")
-            return
-        }
-        let directory = try makeTemporaryDirectory("sttd-unit")
-        defer { try? FileManager.default.removeItem(atPath: directory) }
-        // The unit's ExecStart must exist for verify; point it at the built binary.
-        let unit = try String(contentsOfFile: "\(packageRoot)/systemd/sttd.service", encoding: .utf8)
-            .replacingOccurrences(of: "@bindir@", with: URL(fileURLWithPath: try builtExecutable("sttd")).deletingLastPathComponent().path)
-        try unit.write(toFile: "\(directory)/sttd.service", atomically: true, encoding: .utf8)
-        try FileManager.default.createDirectory(atPath: "\(directory)/runtime", withIntermediateDirectories: true)
-        var environment = ProcessInfo.processInfo.environment
-        environment["XDG_RUNTIME_DIR"] = "\(directory)/runtime"
-        for mode in [["--user"], []] {
-            let result = try run(analyze, ["verify"] + mode + ["--man=no", "\(directory)/sttd.service"], environment: environment, timeout: 60)
-            #expect(result.status == 0, "systemd-analyze verify \(mode): \(result.stdout)\(result.stderr)")
-            #expect(result.stdout.isEmpty && result.stderr.isEmpty, "no warnings: \(result.stdout)\(result.stderr)")
+        @Test func systemdAcceptsTheUnit() throws {
+            guard let analyze = try? requireTool("systemd-analyze", package: "systemd") else {
+                print("skipped: systemd-analyze is not installed here (Debian package systemd)")
+                return
+            }
+            let directory = try makeTemporaryDirectory("sttd-unit")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            // The unit's ExecStart must exist for verify; point it at the built binary.
+            let unit = try String(contentsOfFile: "\(packageRoot)/systemd/sttd.service", encoding: .utf8)
+                .replacingOccurrences(
+                    of: "@bindir@",
+                    with: URL(fileURLWithPath: try builtExecutable("sttd")).deletingLastPathComponent().path)
+            try unit.write(toFile: "\(directory)/sttd.service", atomically: true, encoding: .utf8)
+            try FileManager.default.createDirectory(atPath: "\(directory)/runtime", withIntermediateDirectories: true)
+            var environment = ProcessInfo.processInfo.environment
+            environment["XDG_RUNTIME_DIR"] = "\(directory)/runtime"
+            for mode in [["--user"], []] {
+                let result = try run(
+                    analyze, ["verify"] + mode + ["--man=no", "\(directory)/sttd.service"], environment: environment,
+                    timeout: 60)
+                #expect(result.status == 0, "systemd-analyze verify \(mode): \(result.stdout)\(result.stderr)")
+                #expect(result.stdout.isEmpty && result.stderr.isEmpty, "no warnings: \(result.stdout)\(result.stderr)")
+            }
         }
     }
 }

@@ -2,8 +2,8 @@ import Capture
 import Foundation
 import Logging
 import Recognition
-import Testing
 import TestSupport
+import Testing
 
 /// Reads a 16 kHz mono WAV's samples (after the 44-byte header, as pocketsphinx_continuous does).
 func wavSamples(_ path: String) throws -> [Int16] {

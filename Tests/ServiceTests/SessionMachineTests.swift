@@ -38,9 +38,10 @@ struct SessionMachineTests {
         var failing = Machine()
         _ = failing.handle(.start(1, "a"))
         _ = failing.handle(.start(2, "a"))
-        #expect(failing.handle(.openFailed(failure)) == [
-            .reply(1, .error(failure)), .reply(2, .error(failure)), .recordFailure(failure, signal: false),
-        ])
+        #expect(
+            failing.handle(.openFailed(failure)) == [
+                .reply(1, .error(failure)), .reply(2, .error(failure)), .recordFailure(failure, signal: false),
+            ])
         #expect(failing.state == .idle)
     }
 
@@ -58,10 +59,11 @@ struct SessionMachineTests {
         _ = machine.handle(.start(1, "a"))
         _ = machine.handle(.stop(2))
         _ = machine.handle(.toggle(3, "a"))
-        #expect(machine.handle(.openFailed(failure)) == [
-            .reply(1, .error(failure)), .recordFailure(failure, signal: false), .reply(2, .stopped),
-            .reply(3, .toggled(listening: false)),
-        ])
+        #expect(
+            machine.handle(.openFailed(failure)) == [
+                .reply(1, .error(failure)), .recordFailure(failure, signal: false), .reply(2, .stopped),
+                .reply(3, .toggled(listening: false)),
+            ])
     }
 
     @Test func toggleStartsAndStops() {

@@ -45,7 +45,8 @@ public var buildDirectory: String {
 public func builtExecutable(_ name: String) throws -> String {
     let path = "\(buildDirectory)/\(name)"
     guard FileManager.default.isExecutableFile(atPath: path) else {
-        throw MissingPrerequisite(description: "\(path) is not built: run `swift build` before `swift test` (make test does)")
+        throw MissingPrerequisite(
+            description: "\(path) is not built: run `swift build` before `swift test` (make test does)")
     }
     return path
 }
@@ -69,7 +70,8 @@ public func run(
         executable, arguments, environment: environment, stdout: "\(directory)/out", stderr: "\(directory)/err")
     guard let status = child.wait(timeout: timeout) else {
         child.stop(grace: 1)
-        throw MissingPrerequisite(description: "\(executable) \(arguments.joined(separator: " ")) did not finish in \(timeout) s")
+        throw MissingPrerequisite(
+            description: "\(executable) \(arguments.joined(separator: " ")) did not finish in \(timeout) s")
     }
     func read(_ name: String) -> String { (try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8)) ?? "" }
     return CommandResult(status: status, stdout: read("out"), stderr: read("err"))
@@ -156,7 +158,8 @@ public final class HeadlessPulse: @unchecked Sendable {
         let arguments = [
             "-n", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no", "--disable-shm=yes",
             "-L", "module-native-protocol-unix auth-anonymous=1 socket=\(directory)/native",
-            "-L", "module-null-sink sink_name=mic rate=16000 channels=1 sink_properties=device.description=Virtual-microphone",
+            "-L",
+            "module-null-sink sink_name=mic rate=16000 channels=1 sink_properties=device.description=Virtual-microphone",
         ]
         var env = ProcessInfo.processInfo.environment
         env["HOME"] = directory

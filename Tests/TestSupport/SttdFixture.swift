@@ -79,7 +79,9 @@ public final class SttdFixture: @unchecked Sendable {
     }
 
     public func set(_ name: String, _ value: DBusValue) async throws {
-        try await call("Set", [.string(Self.interface), .string(name), .variant(value)], interface: "org.freedesktop.DBus.Properties")
+        try await call(
+            "Set", [.string(Self.interface), .string(name), .variant(value)],
+            interface: "org.freedesktop.DBus.Properties")
     }
 
     /// Starts recording the service's signals; read them from the returned recorder.
@@ -121,7 +123,8 @@ public final class SignalRecorder: Sendable {
     /// `PropertiesChanged` values of one property, in order.
     public func changes(of property: String) -> [DBusValue] {
         signals(named: "PropertiesChanged").compactMap { signal in
-            signal.arguments.count == 3 ? signal.arguments[1].stringVariantDictionary?.first { $0.key == property }?.value : nil
+            signal.arguments.count == 3
+                ? signal.arguments[1].stringVariantDictionary?.first { $0.key == property }?.value : nil
         }
     }
 
