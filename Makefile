@@ -42,11 +42,11 @@ install: release
 	.build/release/sttctl --generate-completion-script bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl
 	.build/release/sttctl --generate-completion-script zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_sttctl
 	.build/release/sttctl --generate-completion-script fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
-	-systemctl --user daemon-reload 2>/dev/null
+	@systemctl --user daemon-reload 2>/dev/null || true
 	@echo "Installed. Start it with: systemctl --user enable --now sttd   (or just run: sttctl status)"
 
 uninstall:
-	-systemctl --user disable --now sttd 2>/dev/null
+	@systemctl --user disable --now sttd 2>/dev/null || true
 	rm -f $(DESTDIR)$(BINDIR)/sttd $(DESTDIR)$(BINDIR)/sttctl \
 		$(DESTDIR)$(SYSTEMD_USER_DIR)/sttd.service \
 		$(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service \
@@ -54,7 +54,7 @@ uninstall:
 		$(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_sttctl \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
-	-systemctl --user daemon-reload 2>/dev/null
+	@systemctl --user daemon-reload 2>/dev/null || true
 
 clean:
 	rm -rf .build
