@@ -15,6 +15,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.13.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
     ],
     targets: [
         // C libraries from Debian's -dev packages.
@@ -36,7 +38,14 @@ let package = Package(
             swiftSettings: strictness),
         .target(
             name: "Recognition",
-            dependencies: ["CPocketSphinx", "Capture", .product(name: "Logging", package: "swift-log")],
+            dependencies: [
+                "CPocketSphinx", "Capture", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
             swiftSettings: strictness),
         .target(
             name: "Service",
@@ -64,7 +73,16 @@ let package = Package(
         .executableTarget(name: "sttctl", dependencies: ["Control"], swiftSettings: strictness),
 
         .target(
-            name: "TestSupport", dependencies: ["DBus"], path: "Tests/TestSupport",
+            name: "TestSupport",
+            dependencies: [
+                "DBus", .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            path: "Tests/TestSupport",
             swiftSettings: strictness),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"], swiftSettings: strictness),
         .testTarget(

@@ -258,8 +258,8 @@ final class DecoderThread: Sendable {
 
 /// A session of the offline engine; its work runs on the decoder thread.
 final class LocalSession: RecognitionSession {
-    let results: AsyncThrowingStream<RecognitionResult, any Error>
-    let continuation: AsyncThrowingStream<RecognitionResult, any Error>.Continuation
+    let events: AsyncThrowingStream<RecognitionEvent, any Error>
+    let continuation: AsyncThrowingStream<RecognitionEvent, any Error>.Continuation
     let interimResults: Bool
     private let queue: JobQueue<DecoderThread.Job>
     private let ended = Atomic<Bool>(false)
@@ -267,7 +267,7 @@ final class LocalSession: RecognitionSession {
     init(queue: JobQueue<DecoderThread.Job>, interimResults: Bool) {
         self.queue = queue
         self.interimResults = interimResults
-        (results, continuation) = AsyncThrowingStream.makeStream()
+        (events, continuation) = AsyncThrowingStream.makeStream()
     }
 
     func send(_ chunk: AudioChunk) {
@@ -281,7 +281,7 @@ final class LocalSession: RecognitionSession {
     }
 
     func cancel() {
-        // End the results now rather than after the decoder works through queued audio.
+        // End the events now rather than after the decoder works through queued audio.
         continuation.finish()
         guard !ended.exchange(true, ordering: .relaxed) else { return }
         queue.push(.cancel(self))
@@ -352,7 +352,7 @@ private final class DecoderWorker {
         if !inSpeech && utteranceStarted {
             decoder.endUtterance()
             let text = decoder.hypothesis
-            session.continuation.yield(RecognitionResult(text: text, isFinal: true))
+            session.continuation.yield(.result(RecognitionResult(text: text, isFinal: true)))
             decoder.startUtterance()
             utteranceStarted = false
             lastInterim = ""
@@ -365,7 +365,7 @@ private final class DecoderWorker {
             let text = decoder.hypothesis
             if !text.isEmpty && text != lastInterim {
                 lastInterim = text
-                session.continuation.yield(RecognitionResult(text: text, isFinal: false))
+                session.continuation.yield(.result(RecognitionResult(text: text, isFinal: false)))
             }
         }
     }
@@ -373,7 +373,7 @@ private final class DecoderWorker {
     private func end(_ session: LocalSession, deliver: Bool) {
         decoder?.endUtterance()
         if deliver, utteranceStarted, let text = decoder?.hypothesis, !text.isEmpty {
-            session.continuation.yield(RecognitionResult(text: text, isFinal: true))
+            session.continuation.yield(.result(RecognitionResult(text: text, isFinal: true)))
         }
         utteranceStarted = false
         session.continuation.finish()

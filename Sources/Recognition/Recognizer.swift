@@ -40,10 +40,13 @@ public struct RecognitionError: Error, Sendable, Equatable, CustomStringConverti
 
     public var kind: Kind
     public var message: String
+    /// What the failure says about `AuthorizationStatus`, if anything (e.g. 401 -> denied).
+    public var authorization: RecognizerAuthorization?
 
-    public init(_ kind: Kind, _ message: String) {
+    public init(_ kind: Kind, _ message: String, authorization: RecognizerAuthorization? = nil) {
         self.kind = kind
         self.message = message
+        self.authorization = authorization
     }
 
     public var description: String { message }
@@ -63,11 +66,18 @@ public protocol Recognizer: Sendable {
     func startSession(_ options: SessionOptions) async throws(RecognitionError) -> any RecognitionSession
 }
 
+/// What a session reports, in order.
+public enum RecognitionEvent: Sendable, Equatable {
+    case result(RecognitionResult)
+    /// The link to the recognizer dropped and is being re-established (true), or is back (false).
+    case reconnecting(Bool)
+}
+
 /// One recognition session: audio in, results out.
 public protocol RecognitionSession: Sendable {
-    /// Results in order. Ends after ``finish()`` once every final is out, or throws a
+    /// Events in order. Ends after ``finish()`` once every final is out, or throws a
     /// ``RecognitionError`` if the session fails.
-    var results: AsyncThrowingStream<RecognitionResult, any Error> { get }
+    var events: AsyncThrowingStream<RecognitionEvent, any Error> { get }
 
     /// Hands over audio; never blocks.
     func send(_ chunk: AudioChunk)

@@ -225,6 +225,13 @@ public actor SpeechService {
         object?.setProperty("Transcript", .string(text))
     }
 
+    func linkChanged(reconnecting: Bool, token: Int) {
+        guard session?.token == token else { return }
+        let before = machine.state
+        machine.setReconnecting(reconnecting)
+        if machine.state != before { object?.setProperty("State", .string(machine.state.rawValue)) }
+    }
+
     func sessionEnded(token: Int, captureError: CaptureError?, recognitionError: (any Error)?) {
         guard let ended = session, ended.token == token else { return }
         session = nil
@@ -289,7 +296,12 @@ final class ActiveSession: Sendable {
         Task.detached {
             var failure: (any Error)?
             do {
-                for try await result in recognition.results { await service.received(result, token: token) }
+                for try await event in recognition.events {
+                    switch event {
+                    case .result(let result): await service.received(result, token: token)
+                    case .reconnecting(let down): await service.linkChanged(reconnecting: down, token: token)
+                    }
+                }
             } catch {
                 failure = error
             }

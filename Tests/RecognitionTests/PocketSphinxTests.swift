@@ -5,12 +5,6 @@ import Recognition
 import TestSupport
 import Testing
 
-/// Reads a 16 kHz mono WAV's samples (after the 44-byte header, as pocketsphinx_continuous does).
-func wavSamples(_ path: String) throws -> [Int16] {
-    let data = try Data(contentsOf: URL(fileURLWithPath: path))
-    return data.dropFirst(44).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
-}
-
 func transcribe(_ samples: [Int16], with recognizer: PocketSphinxRecognizer, interim: Bool = true) async throws
     -> (results: [RecognitionResult], transcript: Transcript)
 {
@@ -21,7 +15,7 @@ func transcribe(_ samples: [Int16], with recognizer: PocketSphinxRecognizer, int
     session.finish()
     var results: [RecognitionResult] = []
     var transcript = Transcript()
-    for try await result in session.results {
+    for try await case .result(let result) in session.events {
         results.append(result)
         transcript.apply(result)
     }
@@ -64,7 +58,7 @@ struct PocketSphinxTests {
         session.send(AudioChunk(samples: Array(samples.prefix(16000))))
         session.cancel()
         var finals = 0
-        for try await result in session.results where result.isFinal { finals += 1 }
+        for try await case .result(let result) in session.events where result.isFinal { finals += 1 }
         #expect(finals == 0)
     }
 

@@ -39,3 +39,9 @@ public func wordErrorRate(reference: [String], hypothesis: [String]) -> Double {
     }
     return Double(previous[hypothesis.count]) * 100 / Double(reference.count)
 }
+
+/// Reads a 16 kHz mono WAV's samples (after the 44-byte header, as pocketsphinx_continuous does).
+public func wavSamples(_ path: String) throws -> [Int16] {
+    let data = try Data(contentsOf: URL(fileURLWithPath: path))
+    return data.dropFirst(44).withUnsafeBytes { Array($0.bindMemory(to: Int16.self)) }
+}

@@ -1,0 +1,232 @@
+import Capture
+import Foundation
+
+/// The Deepgram-compatible `/v1/listen` protocol as plain values: no sockets, no clocks.
+public enum DeepgramProtocol {
+    /// Query keys sttd sets itself; `params` may not override them.
+    public static let reservedParameters: Set<String> = [
+        "encoding", "sample_rate", "channels", "model", "language", "interim_results", "keyterm",
+    ]
+
+    /// The stream URL: audio format, model, language, interim results, one `keyterm` per term,
+    /// then the pass-through parameters (sorted, so the URL is stable).
+    public static func streamURL(
+        base: String, model: String, language: String, interimResults: Bool, keyterms: [String],
+        parameters: [String: String]
+    ) -> URL? {
+        guard var components = URLComponents(string: base) else { return nil }
+        var items = components.queryItems ?? []
+        items += [
+            URLQueryItem(name: "encoding", value: "linear16"),
+            URLQueryItem(name: "sample_rate", value: String(AudioFormat.sampleRate)),
+            URLQueryItem(name: "channels", value: "1"),
+            URLQueryItem(name: "model", value: model),
+            URLQueryItem(name: "language", value: language),
+            URLQueryItem(name: "interim_results", value: interimResults ? "true" : "false"),
+        ]
+        items += keyterms.map { URLQueryItem(name: "keyterm", value: $0) }
+        items += parameters.sorted { $0.key < $1.key }.map { URLQueryItem(name: $0.key, value: $0.value) }
+        components.queryItems = items
+        // URLComponents leaves '+' alone, which servers read as a space.
+        components.percentEncodedQuery = components.percentEncodedQuery?.replacingOccurrences(of: "+", with: "%2B")
+        return components.url
+    }
+
+    /// Client control messages; they travel in the same ordered queue as audio.
+    public static let keepAlive = #"{"type":"KeepAlive"}"#
+    public static let finalize = #"{"type":"Finalize"}"#
+    public static let closeStream = #"{"type":"CloseStream"}"#
+
+    /// A server message, decoded leniently: unknown fields are ignored, optional ones may be missing.
+    public enum ServerMessage: Sendable, Equatable {
+        case results(Results)
+        case metadata(requestID: String?)
+        case utteranceEnd(lastWordEnd: Double?)
+        case speechStarted(timestamp: Double?)
+        case unknown(type: String)
+    }
+
+    /// A `Results` message.
+    public struct Results: Sendable, Equatable {
+        /// Seconds from the start of this connection's audio.
+        public var start: Double
+        public var duration: Double
+        public var isFinal: Bool
+        public var speechFinal: Bool
+        public var fromFinalize: Bool
+        public var transcript: String
+        public var confidence: Double?
+        public var wordCount: Int
+
+        public var end: Double { start + duration }
+    }
+
+    /// A frame that is not a message sttd understands.
+    public struct MalformedMessage: Error, Sendable, CustomStringConvertible {
+        public var description: String
+    }
+
+    public static func decode(_ text: String) throws(MalformedMessage) -> ServerMessage {
+        guard let data = text.data(using: .utf8),
+            let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
+        else { throw MalformedMessage(description: "not a JSON object") }
+        guard let type = object["type"] as? String else { throw MalformedMessage(description: "no \"type\" field") }
+        switch type {
+        case "Results":
+            let channel = object["channel"] as? [String: Any]
+            let alternative = (channel?["alternatives"] as? [Any])?.first as? [String: Any]
+            guard let transcript = alternative?["transcript"] as? String else {
+                throw MalformedMessage(description: "Results without channel.alternatives[0].transcript")
+            }
+            let isFinal = object["is_final"] as? Bool ?? false
+            let speechFinal = object["speech_final"] as? Bool ?? false
+            return .results(
+                Results(
+                    start: number(object["start"]) ?? 0, duration: number(object["duration"]) ?? 0,
+                    // speech_final implies is_final.
+                    isFinal: isFinal || speechFinal, speechFinal: speechFinal,
+                    fromFinalize: object["from_finalize"] as? Bool ?? false, transcript: transcript,
+                    confidence: number(alternative?["confidence"]),
+                    // Words come as objects on Deepgram and as [word, start_ms, end_ms] arrays on SubQ.
+                    wordCount: (alternative?["words"] as? [Any])?.count ?? 0))
+        case "Metadata":
+            return .metadata(requestID: object["request_id"] as? String)
+        case "UtteranceEnd":
+            return .utteranceEnd(lastWordEnd: number(object["last_word_end"]))
+        case "SpeechStarted":
+            return .speechStarted(timestamp: number(object["timestamp"]))
+        default:
+            return .unknown(type: type)
+        }
+    }
+
+    private static func number(_ value: Any?) -> Double? {
+        switch value {
+        case let double as Double: double
+        case let int as Int: Double(int)
+        case let string as String: Double(string)
+        default: nil
+        }
+    }
+
+    /// Whether a close code means "try again" (protocol doc's table).
+    public static func isRetryable(closeCode: UInt16) -> Bool {
+        closeCode == 1011 || closeCode == 1006 || closeCode == 1001 || closeCode == 1012 || closeCode == 1013
+    }
+
+    /// Whether a refused handshake is worth retrying: rate limits and server errors.
+    public static func isRetryable(handshakeStatus status: Int) -> Bool {
+        status == 429 || status == 408 || (500...599).contains(status)
+    }
+}
+
+/// Audio the server has not answered for yet, and the time bookkeeping across reconnections.
+///
+/// Positions are in samples from the start of the session. A final's end marks audio the server
+/// has answered for; everything after it is kept (up to `capacity`) to be replayed on a new
+/// connection, whose time 0 is then the first replayed sample.
+public struct StreamLedger: Sendable {
+    public let capacity: Int
+    /// Audio after `committed`, oldest first, with its start position.
+    private var pending: [(start: Int, samples: [Int16])] = []
+    /// Samples received from capture so far.
+    public private(set) var captured = 0
+    /// Everything before this position has been answered for with a final.
+    public private(set) var committed = 0
+    /// Session position of the current connection's time 0.
+    public private(set) var connectionBase = 0
+    /// End of the last final accepted, in session seconds (for dropping duplicates).
+    public private(set) var lastFinalEnd = 0.0
+    /// Samples dropped because the buffer was full (lost audio).
+    public private(set) var dropped = 0
+
+    public init(capacity: Duration = .seconds(60)) {
+        self.capacity = AudioFormat.samples(in: capacity)
+    }
+
+    /// Adds captured audio.
+    public mutating func append(_ chunk: AudioChunk) {
+        pending.append((captured, chunk.samples))
+        captured += chunk.samples.count
+        var held = captured - (pending.first?.start ?? captured)
+        while held > capacity, let oldest = pending.first {
+            pending.removeFirst()
+            held -= oldest.samples.count
+            dropped += oldest.samples.count
+            committed = max(committed, oldest.start + oldest.samples.count)
+        }
+    }
+
+    /// Starts a new connection: returns the audio to replay, whose first sample is its time 0.
+    public mutating func beginConnection() -> [[Int16]] {
+        connectionBase = pending.first?.start ?? captured
+        return pending.map { $0.samples }
+    }
+
+    /// Session seconds of a time on the current connection.
+    public func sessionTime(_ connectionSeconds: Double) -> Double {
+        Double(connectionBase) / Double(AudioFormat.sampleRate) + connectionSeconds
+    }
+
+    /// Takes a final: true if it is new, false if it repeats audio already finalized
+    /// (a replay after reconnecting). Releases the audio it answers for.
+    public mutating func acceptFinal(start: Double, duration: Double) -> Bool {
+        let end = sessionTime(start + duration)
+        // Half a frame of slack for rounding in the server's timestamps.
+        guard end > lastFinalEnd + 0.005 else { return false }
+        lastFinalEnd = end
+        let answered = min(captured, Int((end * Double(AudioFormat.sampleRate)).rounded()))
+        committed = max(committed, answered)
+        while let first = pending.first, first.start + first.samples.count <= committed {
+            pending.removeFirst()
+        }
+        if let first = pending.first, first.start < committed {
+            pending[0] = (committed, Array(first.samples.dropFirst(committed - first.start)))
+        }
+        return true
+    }
+
+    /// Samples not yet answered for.
+    public var unanswered: Int { captured - (pending.first?.start ?? captured) }
+}
+
+/// Full-jitter exponential backoff with bounded attempts and total time.
+public struct Backoff: Sendable {
+    public var base: Duration
+    public var cap: Duration
+    public var maxAttempts: Int
+    public var maxTotal: Duration
+    public private(set) var attempts = 0
+    public private(set) var waited = Duration.zero
+
+    public init(
+        base: Duration = .milliseconds(250), cap: Duration = .seconds(8), maxAttempts: Int = 8,
+        maxTotal: Duration = .seconds(30)
+    ) {
+        self.base = base
+        self.cap = cap
+        self.maxAttempts = maxAttempts
+        self.maxTotal = maxTotal
+    }
+
+    /// The next delay, or nil when it is time to give up.
+    public mutating func next<R: RandomNumberGenerator>(using generator: inout R) -> Duration? {
+        guard attempts < maxAttempts, waited < maxTotal else { return nil }
+        let ceiling = min(cap, base * (1 << min(attempts, 20)))
+        let delay = ceiling * Double.random(in: 0...1, using: &generator)
+        attempts += 1
+        waited += delay
+        return delay
+    }
+
+    public mutating func next() -> Duration? {
+        var generator = SystemRandomNumberGenerator()
+        return next(using: &generator)
+    }
+
+    /// After a connection that worked, start counting afresh.
+    public mutating func reset() {
+        attempts = 0
+        waited = .zero
+    }
+}

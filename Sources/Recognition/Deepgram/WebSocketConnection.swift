@@ -1,0 +1,284 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOPosix
+import NIOSSL
+import NIOWebSocket
+
+/// A refused WebSocket handshake: the server answered with a plain HTTP response.
+public struct HandshakeRefusal: Error, Sendable, Equatable {
+    public var status: Int
+    public var headers: [(String, String)]
+    public var body: String
+
+    public static func == (lhs: HandshakeRefusal, rhs: HandshakeRefusal) -> Bool {
+        lhs.status == rhs.status && lhs.body == rhs.body
+    }
+
+    public func header(_ name: String) -> String? {
+        headers.first { $0.0.lowercased() == name.lowercased() }?.1
+    }
+}
+
+/// Why a connection ended.
+public enum WebSocketEnd: Sendable, Equatable {
+    /// The server sent a close frame.
+    case closed(code: UInt16, reason: String)
+    /// The TCP connection ended without a close frame (1006 in WebSocket terms).
+    case dropped(String)
+}
+
+/// An inbound message.
+public enum WebSocketMessage: Sendable, Equatable {
+    case text(String)
+    case binary(Int)
+}
+
+/// One client WebSocket connection on swift-nio: TLS from NIOSSL, the handshake from
+/// NIOWebSocket's upgrader. Unlike WSClient, a refused handshake reports its HTTP status and
+/// headers (the streaming protocol needs 401 vs 402 vs 429 vs 5xx), which is why the
+/// connection is built here.
+public final class WebSocketConnection: Sendable {
+    /// Messages from the server; ends when the connection does.
+    public let messages: AsyncStream<WebSocketMessage>
+    private let messagesContinuation: AsyncStream<WebSocketMessage>.Continuation
+    private let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
+    private let endPromise: EventLoopPromise<WebSocketEnd>
+    private let outbound: AsyncStream<WebSocketFrame>.Continuation
+
+    /// How the connection ended (completes once).
+    public var end: WebSocketEnd {
+        get async { (try? await endPromise.futureResult.get()) ?? .dropped("connection ended") }
+    }
+
+    /// Connects and performs the handshake.
+    /// - Throws: ``HandshakeRefusal`` if the server answered without upgrading; other errors for
+    ///   network and TLS failures.
+    public static func connect(
+        url: URL, headers: [(String, String)], tls: TLSConfiguration?, timeout: Duration = .seconds(10),
+        logger: Logger
+    ) async throws -> WebSocketConnection {
+        guard let host = url.host, let scheme = url.scheme?.lowercased() else {
+            throw WebSocketError("the URL \(url.absoluteString) has no host")
+        }
+        let secure = scheme == "wss"
+        let port = url.port ?? (secure ? 443 : 80)
+        let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
+        var path = url.path.isEmpty ? "/" : url.path
+        if let query = url.query { path += "?" + query }
+        let hostHeader = url.port.map { "\(host):\($0)" } ?? host
+        let bareHost = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+
+        let upgradeResult = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .connectTimeout(.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
+            .connect(host: bareHost, port: port) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    if let sslContext {
+                        // Host names go in SNI and are verified; IP addresses are checked against the certificate's IP SANs.
+                        let sniName = Self.isIPAddress(bareHost) ? nil : bareHost
+                        try channel.pipeline.syncOperations.addHandler(
+                            NIOSSLClientHandler(context: sslContext, serverHostname: sniName), position: .first)
+                    }
+                    var requestHeaders = HTTPHeaders()
+                    requestHeaders.add(name: "Host", value: hostHeader)
+                    for (name, value) in headers { requestHeaders.add(name: name, value: value) }
+                    let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeOutcome>(
+                        maxFrameSize: 1 << 20,
+                        upgradePipelineHandler: { channel, _ in
+                            channel.eventLoop.makeCompletedFuture {
+                                .upgraded(
+                                    try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
+                                        wrappingChannelSynchronously: channel))
+                            }
+                        })
+                    let configuration = NIOTypedHTTPClientUpgradeConfiguration<UpgradeOutcome>(
+                        upgradeRequestHead: HTTPRequestHead(
+                            version: .http1_1, method: .GET, uri: path, headers: requestHeaders),
+                        upgraders: [upgrader],
+                        notUpgradingCompletionHandler: { channel in
+                            channel.eventLoop.makeCompletedFuture {
+                                // NIO replays the buffered response after this returns; the recorder reads it.
+                                let recorder = RefusalRecorder(promise: channel.eventLoop.makePromise())
+                                try channel.pipeline.syncOperations.addHandler(recorder)
+                                return .refused(recorder.promise.futureResult)
+                            }
+                        })
+                    var pipeline = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: configuration)
+                    pipeline.leftOverBytesStrategy = .forwardBytes
+                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
+                        configuration: pipeline)
+                }
+            }
+        switch try await upgradeResult.get() {
+        case .upgraded(let channel):
+            return WebSocketConnection(channel: channel, logger: logger)
+        case .refused(let refusal):
+            throw try await refusal.get()
+        }
+    }
+
+    private init(channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, logger: Logger) {
+        self.channel = channel
+        (messages, messagesContinuation) = AsyncStream.makeStream()
+        let (outboundStream, outbound) = AsyncStream<WebSocketFrame>.makeStream()
+        self.outbound = outbound
+        endPromise = channel.channel.eventLoop.makePromise()
+        let endPromise = endPromise
+        let messagesContinuation = messagesContinuation
+        Task {
+            do {
+                try await channel.executeThenClose { inbound, writer in
+                    // One writer task keeps outbound frames in the order they were queued.
+                    let writerTask = Task {
+                        for await frame in outboundStream {
+                            try await writer.write(frame)
+                            if frame.opcode == .connectionClose { break }
+                        }
+                    }
+                    defer { writerTask.cancel() }
+                    var reader = MessageAssembler()
+                    for try await frame in inbound {
+                        switch reader.receive(frame) {
+                        case .message(let message): messagesContinuation.yield(message)
+                        case .ping(let data):
+                            outbound.yield(WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: data))
+                        case .close(let code, let reason):
+                            // Answer the close handshake, then let the server close the socket.
+                            var buffer = ByteBuffer()
+                            buffer.writeInteger(code)
+                            outbound.yield(
+                                WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: buffer))
+                            endPromise.succeed(.closed(code: code, reason: reason))
+                        case .none: break
+                        }
+                    }
+                    endPromise.succeed(.dropped("the server closed the connection without a close frame"))
+                }
+            } catch {
+                endPromise.succeed(.dropped("\(error)"))
+            }
+            messagesContinuation.finish()
+            outbound.finish()
+        }
+    }
+
+    /// Queues a text frame; frames go out in the order queued.
+    public func send(text: String) {
+        var buffer = ByteBuffer()
+        buffer.writeString(text)
+        outbound.yield(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: buffer))
+    }
+
+    /// Queues a binary frame (never an empty one: servers read that as end of stream).
+    public func send(binary samples: [Int16]) {
+        guard !samples.isEmpty else { return }
+        var buffer = ByteBuffer()
+        buffer.reserveCapacity(samples.count * 2)
+        for sample in samples { buffer.writeInteger(sample, endianness: .little) }
+        outbound.yield(WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: buffer))
+    }
+
+    /// Sends a close frame and stops writing.
+    public func close(code: UInt16 = 1000) {
+        var buffer = ByteBuffer()
+        buffer.writeInteger(code)
+        outbound.yield(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: buffer))
+        outbound.finish()
+    }
+
+    /// Drops the connection at once.
+    public func abort() {
+        channel.channel.close(promise: nil)
+    }
+
+    static func isIPAddress(_ host: String) -> Bool {
+        var v4 = in_addr()
+        var v6 = in6_addr()
+        return inet_pton(AF_INET, host, &v4) == 1 || inet_pton(AF_INET6, host, &v6) == 1
+    }
+}
+
+/// A transport error other than a refused handshake.
+public struct WebSocketError: Error, Sendable, CustomStringConvertible {
+    public var description: String
+    init(_ description: String) { self.description = description }
+}
+
+enum UpgradeOutcome: Sendable {
+    case upgraded(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
+    case refused(EventLoopFuture<HandshakeRefusal>)
+}
+
+/// Reads the HTTP response of a refused handshake.
+final class RefusalRecorder: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = HTTPClientResponsePart
+    let promise: EventLoopPromise<HandshakeRefusal>
+    private var refusal = HandshakeRefusal(status: 0, headers: [], body: "")
+
+    init(promise: EventLoopPromise<HandshakeRefusal>) { self.promise = promise }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) {
+        case .head(let head):
+            refusal.status = Int(head.status.code)
+            refusal.headers = head.headers.map { ($0.name, $0.value) }
+        case .body(var body):
+            if refusal.body.utf8.count < 4096 {
+                refusal.body += body.readString(length: min(body.readableBytes, 4096)) ?? ""
+            }
+        case .end:
+            promise.succeed(refusal)
+            context.close(promise: nil)
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        promise.succeed(refusal)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        promise.succeed(refusal)
+        context.close(promise: nil)
+    }
+}
+
+/// Joins fragmented frames into messages and picks out control frames.
+struct MessageAssembler {
+    enum Output { case message(WebSocketMessage), ping(ByteBuffer), close(UInt16, String) }
+    private var fragments: ByteBuffer?
+    private var fragmentsAreText = false
+
+    mutating func receive(_ frame: WebSocketFrame) -> Output? {
+        var data = frame.unmaskedData
+        switch frame.opcode {
+        case .text, .binary:
+            if frame.fin { return .message(Self.message(data, text: frame.opcode == .text)) }
+            fragments = data
+            fragmentsAreText = frame.opcode == .text
+            return nil
+        case .continuation:
+            guard var buffer = fragments else { return nil }
+            buffer.writeBuffer(&data)
+            guard buffer.readableBytes <= 1 << 22 else {
+                fragments = nil
+                return nil
+            }
+            fragments = buffer
+            guard frame.fin else { return nil }
+            fragments = nil
+            return .message(Self.message(buffer, text: fragmentsAreText))
+        case .ping:
+            return .ping(data)
+        case .connectionClose:
+            let code = data.readInteger(as: UInt16.self) ?? 1005
+            return .close(code, data.readString(length: data.readableBytes) ?? "")
+        default:
+            return nil
+        }
+    }
+
+    private static func message(_ buffer: ByteBuffer, text: Bool) -> WebSocketMessage {
+        text ? .text(String(buffer: buffer)) : .binary(buffer.readableBytes)
+    }
+}

@@ -1,0 +1,137 @@
+import Capture
+import Foundation
+import Recognition
+import Testing
+
+@Suite("Deepgram protocol values")
+struct DeepgramProtocolTests {
+    @Test func streamURLCarriesTheAudioFormatAndEveryKeyterm() throws {
+        let url = try #require(
+            DeepgramProtocol.streamURL(
+                base: "wss://api.deepgram.com/v1/listen", model: "nova-3", language: "en-US", interimResults: false,
+                keyterms: ["sttd", "C++ code"], parameters: ["smart_format": "true", "endpointing": "300"]))
+        let items = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems ?? []
+        let pairs = items.map { "\($0.name)=\($0.value ?? "")" }
+        #expect(
+            pairs == [
+                "encoding=linear16", "sample_rate=16000", "channels=1", "model=nova-3", "language=en-US",
+                "interim_results=false", "keyterm=sttd", "keyterm=C++ code", "endpointing=300", "smart_format=true",
+            ])
+        #expect(url.query?.contains("C%2B%2B%20code") == true, "a '+' must not turn into a space: \(url.query ?? "")")
+    }
+
+    @Test func decodesResultsLeniently() throws {
+        let deepgram =
+            #"{"type":"Results","channel_index":[0,1],"start":1.5,"duration":0.75,"is_final":true,"speech_final":false,"channel":{"alternatives":[{"transcript":"hello there","confidence":0.98,"words":[{"word":"hello","start":1.5,"end":1.8,"confidence":0.99,"punctuated_word":"Hello"}]}]},"metadata":{"request_id":"r"}}"#
+        guard case .results(let results) = try DeepgramProtocol.decode(deepgram) else {
+            Issue.record("not results"); return
+        }
+        #expect(results.transcript == "hello there")
+        #expect(results.isFinal && !results.speechFinal)
+        #expect(results.end == 2.25)
+        let subq =
+            #"{"type":"Results","start":0,"duration":1,"speech_final":true,"channel":{"alternatives":[{"transcript":"hi","words":[["hi",0,400]]}]}}"#
+        guard case .results(let tuple) = try DeepgramProtocol.decode(subq) else { Issue.record("not results"); return }
+        #expect(tuple.isFinal, "speech_final implies is_final")
+        #expect(tuple.wordCount == 1)
+        let sparse = #"{"type":"Results","channel":{"alternatives":[{"transcript":""}]}}"#
+        guard case .results(let empty) = try DeepgramProtocol.decode(sparse) else {
+            Issue.record("not results"); return
+        }
+        #expect(!empty.isFinal && empty.start == 0)
+    }
+
+    @Test func decodesOtherTypesAndRefusesGarbage() throws {
+        #expect(try DeepgramProtocol.decode(#"{"type":"Metadata","request_id":"abc"}"#) == .metadata(requestID: "abc"))
+        #expect(
+            try DeepgramProtocol.decode(#"{"type":"UtteranceEnd","channel":[0,1],"last_word_end":2.5}"#)
+                == .utteranceEnd(lastWordEnd: 2.5))
+        #expect(
+            try DeepgramProtocol.decode(#"{"type":"SpeechStarted","timestamp":"0.5"}"#)
+                == .speechStarted(timestamp: 0.5))
+        #expect(try DeepgramProtocol.decode(#"{"type":"Warning","description":"x"}"#) == .unknown(type: "Warning"))
+        for garbage in ["", "{", "[]", #"{"no_type":1}"#, #"{"type":"Results","channel":{}}"#, "\u{0}\u{1}"] {
+            #expect(throws: DeepgramProtocol.MalformedMessage.self) { try DeepgramProtocol.decode(garbage) }
+        }
+    }
+
+    @Test func retryableCloseCodesAndStatuses() {
+        #expect(DeepgramProtocol.isRetryable(closeCode: 1011))
+        #expect(DeepgramProtocol.isRetryable(closeCode: 1006))
+        #expect(!DeepgramProtocol.isRetryable(closeCode: 1000))
+        #expect(!DeepgramProtocol.isRetryable(closeCode: 1008))
+        #expect(!DeepgramProtocol.isRetryable(closeCode: 1002))
+        #expect(DeepgramProtocol.isRetryable(handshakeStatus: 429))
+        #expect(DeepgramProtocol.isRetryable(handshakeStatus: 503))
+        for status in [400, 401, 402, 403] { #expect(!DeepgramProtocol.isRetryable(handshakeStatus: status)) }
+    }
+
+    @Test func ledgerReplaysUnansweredAudioAndDropsDuplicateFinals() {
+        var ledger = StreamLedger(capacity: .seconds(30))
+        for _ in 0..<30 { ledger.append(AudioChunk(samples: Array(repeating: 1, count: 1600))) }  // 3 s
+        #expect(ledger.beginConnection().flatMap { $0 }.count == 48_000)
+        let first = ledger.acceptFinal(start: 0, duration: 1)
+        #expect(first)
+        #expect(ledger.unanswered == 32_000)
+        // The connection drops; the next one starts with the unanswered two seconds.
+        let replay = ledger.beginConnection().flatMap { $0 }
+        #expect(replay.count == 32_000)
+        #expect(ledger.connectionBase == 16_000)
+        #expect(ledger.sessionTime(0.5) == 1.5)
+        // A final for audio before the last final's end is a duplicate.
+        let duplicate = ledger.acceptFinal(start: -1, duration: 1)
+        #expect(!duplicate)
+        let second = ledger.acceptFinal(start: 0, duration: 2)
+        #expect(second)
+        #expect(ledger.lastFinalEnd == 3)
+        #expect(ledger.unanswered == 0)
+    }
+
+    @Test func ledgerIsBounded() {
+        var ledger = StreamLedger(capacity: .seconds(1))
+        for _ in 0..<30 { ledger.append(AudioChunk(samples: Array(repeating: 1, count: 1600))) }
+        #expect(ledger.unanswered <= 16_000)
+        #expect(ledger.dropped == 48_000 - ledger.unanswered)
+    }
+
+    @Test func backoffIsBoundedWithFullJitter() {
+        var backoff = Backoff(base: .milliseconds(100), cap: .seconds(1), maxAttempts: 5, maxTotal: .seconds(60))
+        var delays: [Duration] = []
+        while let delay = backoff.next() { delays.append(delay) }
+        #expect(delays.count == 5)
+        #expect(delays.allSatisfy { $0 >= .zero && $0 <= .seconds(1) })
+        backoff.reset()
+        #expect(backoff.next() != nil)
+        var short = Backoff(base: .seconds(10), cap: .seconds(10), maxAttempts: 100, maxTotal: .milliseconds(1))
+        var count = 0
+        while short.next() != nil { count += 1 }
+        #expect(count >= 1 && count < 100, "total time bounds the attempts")
+    }
+
+    @Test func apiKeyNeverPrints() throws {
+        let key = APIKey("secret-123")
+        #expect("\(key)" == "<redacted>")
+        #expect(String(reflecting: key) == "<redacted>")
+        #expect(key.redact("bad key secret-123 here") == "bad key <redacted> here")
+    }
+
+    @Test func apiKeyComesFromFileThenCredentialThenEnvironment() throws {
+        let directory = NSTemporaryDirectory() + "sttd-key-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let file = "\(directory)/key"
+        try "from-file\n".write(toFile: file, atomically: true, encoding: .utf8)
+        chmod(file, 0o644)
+        let open = #expect(throws: RecognitionError.self) { try APIKey.load(keyFile: file, environment: [:]) }
+        #expect(open?.message.contains("chmod 600 \(file)") == true)
+        #expect(open?.message.contains("from-file") == false)
+        chmod(file, 0o600)
+        #expect(try APIKey.load(keyFile: file, environment: ["STTD_API_KEY": "env"]) == APIKey("from-file"))
+        try "from-credential".write(toFile: "\(directory)/api-key", atomically: true, encoding: .utf8)
+        #expect(
+            try APIKey.load(keyFile: "", environment: ["CREDENTIALS_DIRECTORY": directory, "STTD_API_KEY": "env"])
+                == APIKey("from-credential"))
+        #expect(try APIKey.load(keyFile: "", environment: ["STTD_API_KEY": " env "]) == APIKey("env"))
+        #expect(try APIKey.load(keyFile: "", environment: [:]) == nil)
+    }
+}
