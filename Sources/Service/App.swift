@@ -41,7 +41,17 @@ public enum SttdApp {
 
         let recognizer = PocketSphinxRecognizer(
             modelDirectory: configuration.local.modelDirectory, logger: logger, validator: ModelCheck.inChildProcess)
-        let service = SpeechService(configuration: configuration, localRecognizer: recognizer, logger: logger)
+        let deepgram = configuration.deepgram
+        let streaming = DeepgramRecognizer(
+            settings: DeepgramSettings(
+                url: deepgram.url, useSubprotocol: deepgram.auth == .subprotocol, apiKeyFile: deepgram.apiKeyFile,
+                model: deepgram.model, caFile: deepgram.caFile, parameters: deepgram.params,
+                backoff: Backoff(
+                    maxAttempts: deepgram.reconnectAttempts,
+                    maxTotal: .milliseconds(Int(deepgram.reconnectTimeoutMilliseconds)))),
+            environment: environment, logger: logger)
+        let service = SpeechService(
+            configuration: configuration, localRecognizer: recognizer, streamingRecognizer: streaming, logger: logger)
         let object: DBusObject
         do {
             object = try DBusObject(

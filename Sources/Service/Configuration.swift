@@ -1,4 +1,5 @@
 import Foundation
+import Recognition
 import TOMLKit
 
 /// A config file that cannot be used; the message names the key, the value and what is allowed.
@@ -55,6 +56,10 @@ public struct Configuration: Sendable, Equatable {
         public var model = "nova-3"
         public var caFile = ""
         public var params: [String: String] = [:]
+        /// Reconnection attempts after a dropped stream before the session fails.
+        public var reconnectAttempts = 8
+        /// Total time spent reconnecting before the session fails.
+        public var reconnectTimeoutMilliseconds: UInt32 = 30_000
     }
 
     public init() {}
@@ -122,7 +127,16 @@ public struct Configuration: Sendable, Equatable {
             deepgram.model = try dg.string("model", default: deepgram.model)
             deepgram.caFile = try dg.string("ca_file", default: deepgram.caFile)
             deepgram.params = try dg.parameters("params")
+            deepgram.reconnectAttempts = try dg.count(
+                "reconnect_attempts", default: deepgram.reconnectAttempts, range: 0...100)
+            deepgram.reconnectTimeoutMilliseconds = try dg.milliseconds(
+                "reconnect_timeout_ms", default: deepgram.reconnectTimeoutMilliseconds, allowZero: true)
             try dg.refuseUnknownKeys()
+            for name in deepgram.params.keys.sorted() where DeepgramProtocol.reservedParameters.contains(name) {
+                throw ConfigurationError(
+                    "deepgram.params.\(name) is set by sttd itself (from the audio format, model, language, interim_results or keyterms); remove it from params."
+                )
+            }
             try Self.checkStreamingURL(deepgram.url)
         }
         try reader.refuseUnknownKeys()
@@ -227,6 +241,17 @@ private struct TableReader {
             )
         }
         return UInt32(int)
+    }
+
+    mutating func count(_ key: String, default value: Int, range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+        seen.insert(key)
+        guard let raw = table[key] else { return value }
+        guard raw.type == .int, let int = raw.int else { throw wrongType(key, raw, "a whole number") }
+        guard range.contains(int) else {
+            throw ConfigurationError(
+                "\(prefix)\(key) = \(int) is out of range; allowed: \(range.lowerBound) to \(range.upperBound).")
+        }
+        return int
     }
 
     mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, default value: T) throws(ConfigurationError)

@@ -19,19 +19,29 @@ public actor SpeechService {
 
     private let configuration: Configuration
     private let localRecognizer: PocketSphinxRecognizer
+    private let streamingRecognizer: any Recognizer
     private let pulseServer: String?
     private let logger: Logger
 
     /// - Parameters:
+    ///   - streamingRecognizer: the `deepgram` backend.
     ///   - pulseServer: a PulseAudio server address, or nil for the usual lookup.
     public init(
-        configuration: Configuration, localRecognizer: PocketSphinxRecognizer, pulseServer: String? = nil,
-        logger: Logger
+        configuration: Configuration, localRecognizer: PocketSphinxRecognizer, streamingRecognizer: any Recognizer,
+        pulseServer: String? = nil, logger: Logger
     ) {
         self.configuration = configuration
         self.localRecognizer = localRecognizer
+        self.streamingRecognizer = streamingRecognizer
         self.pulseServer = pulseServer
         self.logger = logger
+    }
+
+    private func recognizer(for backend: Backend) -> any Recognizer {
+        switch backend {
+        case .local: localRecognizer
+        case .deepgram: streamingRecognizer
+        }
     }
 
     /// Connects the service to the object whose properties and signals it drives.
@@ -83,11 +93,7 @@ public actor SpeechService {
         } catch {
             object?.setProperty("MicrophoneStatus", .string(Self.microphoneStatus(for: error)))
         }
-        let status: RecognizerAuthorization
-        switch currentBackend {
-        case .local: status = await localRecognizer.authorize().0
-        case .deepgram: status = .restricted
-        }
+        let status = await recognizer(for: currentBackend).authorize().0
         object?.setProperty("AuthorizationStatus", .string(status.rawValue))
         return status.rawValue
     }
@@ -165,19 +171,15 @@ public actor SpeechService {
         let sessionOptions = SessionOptions(
             language: options.language ?? currentLanguage,
             interimResults: options.interimResults ?? configuration.interimResults, keyterms: options.keyterms)
-        guard backend == .local else {
-            object?.setProperty("AuthorizationStatus", .string("restricted"))
-            return handle(
-                .openFailed(
-                    .backendUnavailable(
-                        "The deepgram backend is not available in this version of sttd yet; use backend 'local'.")))
-        }
         let recognition: any RecognitionSession
         do {
-            recognition = try await localRecognizer.startSession(sessionOptions)
+            recognition = try await recognizer(for: backend).startSession(sessionOptions)
             object?.setProperty("AuthorizationStatus", .string("authorized"))
         } catch {
-            object?.setProperty("AuthorizationStatus", .string(error.kind == .notAuthorized ? "denied" : "restricted"))
+            // A refused key says "denied", a missing model or key "restricted"; a network failure says nothing.
+            if let status = error.authorization ?? (backend == .local ? .restricted : nil) {
+                object?.setProperty("AuthorizationStatus", .string(status.rawValue))
+            }
             return handle(.openFailed(SpeechError(error)))
         }
         let capture: Capture

@@ -275,13 +275,15 @@ extension Integration {
             #expect(try await sttd.property("AuthorizationStatus") == .string("restricted"))
         }
 
-        @Test func deepgramIsNotAvailableYet() async throws {
-            let sttd = try await SttdFixture()
+        @Test func deepgramWithoutAKeyIsRestricted() async throws {
+            let sttd = try await SttdFixture(config: "[deepgram]\nurl = \"ws://127.0.0.1:9/v1/listen\"\n")
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([("backend", .string("deepgram"))])])
             }
-            #expect(error?.name == "io.github.sttd.Speech1.Error.BackendUnavailable")
-            #expect(try await sttd.property("LastError") == .string("io.github.sttd.Speech1.Error.BackendUnavailable"))
+            #expect(error?.name == "io.github.sttd.Speech1.Error.NotAuthorized")
+            #expect(error?.message.contains("STTD_API_KEY") == true)
+            #expect(try await sttd.property("AuthorizationStatus") == .string("restricted"))
+            #expect(try await sttd.property("LastError") == .string("io.github.sttd.Speech1.Error.NotAuthorized"))
         }
 
         @Test(arguments: [

@@ -179,6 +179,18 @@ struct DeepgramStreamingTests {
                 == DeepgramTestServer.words(for: wireBytes(audio)))
     }
 
+    @Test func undecodableAudioCloseIsNotRetried() async throws {
+        var script = DeepgramTestServer.Script()
+        script.closeAfterBytes = (16_000, 1008, "DATA-0000")
+        let server = try await DeepgramTestServer(script: script)
+        let error = await #expect(throws: RecognitionError.self) {
+            _ = try await stream(Array(recording.prefix(32_000)), to: recognizer(server))
+        }
+        #expect(error?.kind == .failed)
+        #expect(error?.message.contains("1008") == true)
+        #expect(server.connections.filter(\.upgraded).count == 1)
+    }
+
     /// The server cuts TCP after ~2 s of a 7 s recording; every word must still arrive once.
     @Test func droppedConnectionIsResumedAndReplayed() async throws {
         var script = DeepgramTestServer.Script()

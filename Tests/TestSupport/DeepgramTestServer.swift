@@ -155,7 +155,8 @@ final class ServerSession: @unchecked Sendable {
         self.index = index
     }
 
-    var isFirst: Bool { index == server.connections.firstIndex { $0.upgraded } ?? index }
+    /// Whether this is the first connection that upgraded (scripted failures hit only that one).
+    lazy var isFirst: Bool = index == server.connections.firstIndex { $0.upgraded } ?? index
 
     func shouldUpgrade(_ head: HTTPRequestHead) -> HTTPHeaders? {
         let headers = head.headers.map { ($0.name, $0.value) }

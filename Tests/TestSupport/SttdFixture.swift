@@ -17,7 +17,7 @@ public final class SttdFixture: @unchecked Sendable {
     public let environment: [String: String]
 
     /// Starts everything; `config` is written to the config file if given.
-    public init(config: String? = nil) async throws {
+    public init(config: String? = nil, environment extra: [String: String] = [:]) async throws {
         home = try makeTemporaryDirectory("sttd-home")
         pulse = try HeadlessPulse()
         bus = try PrivateBus()
@@ -28,7 +28,8 @@ public final class SttdFixture: @unchecked Sendable {
         env["XDG_CONFIG_HOME"] = "\(home)/config"
         env["XDG_DATA_HOME"] = "\(home)/data"
         env["XDG_RUNTIME_DIR"] = home
-        env["STTD_LOG_LEVEL"] = "debug"
+        env["STTD_LOG_LEVEL"] = "trace"
+        env.merge(extra) { $1 }
         if let config {
             try FileManager.default.createDirectory(atPath: "\(home)/config/sttd", withIntermediateDirectories: true)
             try config.write(toFile: "\(home)/config/sttd/config.toml", atomically: true, encoding: .utf8)

@@ -1,0 +1,79 @@
+import DBus
+import Foundation
+import TestSupport
+import Testing
+
+extension Integration {
+    @Suite("Streaming backend through sttd", .serialized)
+    struct StreamingTests {
+        static func config(_ server: DeepgramTestServer) -> String {
+            "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\nreconnect_attempts = 5\n"
+        }
+
+        /// A LibriVox file through PulseAudio into sttd, streamed to the loopback server: the
+        /// transcript is what the server sent for the whole file, and the key shows up nowhere.
+        @Test func dictatesThroughPulseAudioToTheServerAndNeverShowsTheKey() async throws {
+            let server = try await DeepgramTestServer()
+            let key = server.script.key
+            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": key])
+            let recorder = try await sttd.record()
+            #expect(try await sttd.call("RequestAuthorization") == [.string("authorized")])
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            try sttd.pulse.play(try LibriVox.recordings()[0].path)
+            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let sent = server.finalsSent.filter { !$0.isEmpty }.joined(separator: " ")
+            #expect(!sent.isEmpty)
+            #expect(transcript == sent)
+            let upgraded = server.connections.filter(\.upgraded)
+            #expect(upgraded.last?.controls.map(\.type).suffix(2) == ["Finalize", "CloseStream"])
+            #expect(upgraded.last.map { $0.audioBytes >= 7 * 32_000 } == true, "the whole file was streamed")
+            #expect(recorder.signals(named: "TranscriptChanged").contains { $0.arguments.last == .boolean(true) })
+
+            // Everything a person or another program could see of this run.
+            let status = try sttd.sttctl(["status", "--json"])
+            let watchable = recorder.signals.map { "\($0.arguments)" }.joined(separator: "\n")
+            sttd.sttd.stop()
+            for (what, text) in [("log", sttd.log), ("status", status.stdout + status.stderr), ("signals", watchable)] {
+                #expect(!text.contains(key), "the key appears in the \(what)")
+            }
+            #expect(sttd.log.contains("stream connected"), "the log is not empty: \(sttd.log.suffix(500))")
+        }
+
+        @Test func refusedKeyIsDeniedAndSaysSo() async throws {
+            let server = try await DeepgramTestServer()
+            let wrong = "not-the-right-key-42"
+            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": wrong])
+            #expect(try await sttd.call("RequestAuthorization") == [.string("denied")])
+            let error = await #expect(throws: DBusError.self) {
+                try await sttd.call("StartTranscribing", [.vardict([])])
+            }
+            #expect(error?.name == "io.github.sttd.Speech1.Error.NotAuthorized")
+            #expect(error?.message.contains("401") == true)
+            #expect(error?.message.contains(wrong) == false)
+            #expect(try await sttd.property("AuthorizationStatus") == .string("denied"))
+            let refused = try sttd.sttctl(["start"])
+            #expect(refused.status == 4)
+            sttd.sttd.stop()
+            #expect(!(sttd.log + refused.stderr).contains(wrong))
+            #expect(sttd.log.contains("status=401"))
+        }
+
+        @Test func droppedStreamReconnectsWhileListening() async throws {
+            var script = DeepgramTestServer.Script()
+            script.dropAfterBytes = 32_000  // one second into a six-second recording
+            let server = try await DeepgramTestServer(script: script)
+            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            try sttd.pulse.play(try LibriVox.recordings()[3].path)
+            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let states = recorder.changes(of: "State").compactMap(\.string)
+            #expect(
+                states.contains("reconnecting"),
+                "\(states)\n\(sttd.log.split(separator: "\n").filter { $0.contains("stream") || $0.contains("State") }.joined(separator: "\n"))"
+            )
+            #expect(server.connections.filter(\.upgraded).count == 2)
+            #expect(transcript == server.finalsSent.filter { !$0.isEmpty }.joined(separator: " "))
+        }
+    }
+}
