@@ -256,7 +256,7 @@ final class DeepgramSession: RecognitionSession {
             let (finishing, cancelled) = state.withLock { ($0.finishing, $0.cancelled) }
             if cancelled { return }
             switch end {
-            case .closed(let code, _) where finishing && !DeepgramProtocol.isRetryable(closeCode: code):
+            case .closed(let code, _) where finishing && code == 1000:
                 logger.debug("stream closed", metadata: ["code": "\(code)"])
                 continuation.finish()
                 return
