@@ -179,6 +179,46 @@ struct DeepgramStreamingTests {
                 == DeepgramTestServer.words(for: wireBytes(audio)))
     }
 
+    @Test func keepAliveWhenNothingIsSent() async throws {
+        let server = try await DeepgramTestServer()
+        let session = try await recognizer(server).startSession(SessionOptions())
+        try await Task.sleep(for: .milliseconds(5_500))
+        session.finish()
+        for try await _ in session.events {}
+        let controls = server.connections.first?.controls.map(\.type) ?? []
+        #expect(controls.first == "KeepAlive", "\(controls)")
+        #expect(controls.suffix(2) == ["Finalize", "CloseStream"])
+    }
+
+    @Test func givesUpMidSessionKeepingTheFinals() async throws {
+        var script = DeepgramTestServer.Script()
+        script.dropAfterBytes = 2 * 32_000 + 3_200
+        script.refuseReconnects = 503
+        let server = try await DeepgramTestServer(script: script)
+        let session = try await recognizer(
+            server,
+            backoff: Backoff(base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5))
+        )
+        .startSession(SessionOptions(interimResults: false))
+        for start in stride(from: 0, to: 64_000, by: 1600) {
+            session.send(AudioChunk(samples: Array(recording[start..<start + 1600])))
+        }
+        var finals: [String] = []
+        var reconnecting: [Bool] = []
+        let error = await #expect(throws: RecognitionError.self) {
+            for try await event in session.events {
+                switch event {
+                case .result(let result): finals.append(result.text)
+                case .reconnecting(let down): reconnecting.append(down)
+                }
+            }
+        }
+        #expect(error?.kind == .backendUnavailable)
+        #expect(reconnecting == [true])
+        #expect(finals == server.finalsSent, "finals received before the drop are kept")
+        #expect(server.connections.count == 4, "the first connection and three refused reconnects")
+    }
+
     @Test func undecodableAudioCloseIsNotRetried() async throws {
         var script = DeepgramTestServer.Script()
         script.closeAfterBytes = (16_000, 1008, "DATA-0000")

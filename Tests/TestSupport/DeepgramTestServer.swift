@@ -18,6 +18,8 @@ public final class DeepgramTestServer: Sendable {
         public var subprotocolAuth = false
         /// Statuses for the first handshakes (e.g. [429] refuses once); later ones upgrade.
         public var refusals: [Int] = []
+        /// Refuses every handshake after the first upgraded one with this status.
+        public var refuseReconnects: Int?
         /// Closes the first connection's socket without a close frame after this many audio bytes.
         public var dropAfterBytes: Int?
         /// Sends a close frame with this code and reason after this many audio bytes (first connection).
@@ -168,6 +170,10 @@ final class ServerSession: @unchecked Sendable {
         let handshakesSoFar = index
         if handshakesSoFar < script.refusals.count {
             refusal = script.refusals[handshakesSoFar]
+            return nil
+        }
+        if let status = script.refuseReconnects, server.connections.contains(where: \.upgraded) {
+            refusal = status
             return nil
         }
         var response = HTTPHeaders()

@@ -284,9 +284,18 @@ final class DeepgramSession: RecognitionSession {
                     }
                     try? await Task.sleep(for: delay)
                     if state.withLock({ $0.cancelled }) { return }
-                    var single = settings.backoff
-                    single.maxAttempts = 1
-                    connection = try? await reconnect(single)
+                    // One handshake per attempt: this loop owns the backoff.
+                    var once = settings.backoff
+                    once.maxAttempts = 0
+                    do {
+                        connection = try await reconnect(once)
+                    } catch  where error.kind != .backendUnavailable {
+                        // A refused key or settings will not get better by retrying.
+                        continuation.finish(throwing: error)
+                        return
+                    } catch {
+                        logger.debug("reconnect attempt failed", metadata: ["attempt": "\(backoff.attempts)"])
+                    }
                 }
                 backoff.reset()
                 continuation.yield(.reconnecting(false))
