@@ -219,6 +219,37 @@ struct DeepgramStreamingTests {
         #expect(server.connections.count == 4, "the first connection and three refused reconnects")
     }
 
+    @Test func silentServerTimesOutTheHandshake() async throws {
+        // A socket that listens but never accepts or answers: the kernel completes the TCP
+        // handshake, the WebSocket handshake never comes.
+        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(listener) }
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        try #require(
+            withUnsafeMutablePointer(to: &address) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) }
+            } == 0)
+        try #require(listen(listener, 4) == 0)
+        _ = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(listener, $0, &length) }
+        }
+        let port = Int(UInt16(bigEndian: address.sin_port))
+        let recognizer = DeepgramRecognizer(
+            settings: DeepgramSettings(
+                url: "ws://127.0.0.1:\(port)/v1/listen", backoff: Backoff(maxAttempts: 0), connectTimeout: .seconds(1)),
+            environment: ["STTD_API_KEY": "silent-server-key"], logger: logs.logger())
+        let started = ContinuousClock.now
+        let error = await #expect(throws: RecognitionError.self) {
+            _ = try await recognizer.startSession(SessionOptions())
+        }
+        #expect(error?.kind == .backendUnavailable)
+        #expect(error?.message.contains("handshake") == true, "\(error?.message ?? "")")
+        #expect(ContinuousClock.now - started < .seconds(10))
+    }
+
     @Test func undecodableAudioCloseIsNotRetried() async throws {
         var script = DeepgramTestServer.Script()
         script.closeAfterBytes = (16_000, 1008, "DATA-0000")

@@ -108,7 +108,7 @@ public final class DeepgramRecognizer: Recognizer {
             } catch {
                 let message = key.redact("\(error)")
                 logger.warning("stream connection failed", metadata: ["reason": "\(message)"])
-                if Self.isCertificateProblem(message) {
+                if error is NIOSSLError || error is NIOSSLExtraError {
                     throw RecognitionError(
                         .backendUnavailable,
                         "The server's TLS certificate was not accepted (\(message)). For a self-hosted server, set [deepgram] ca_file to its CA."
@@ -133,12 +133,6 @@ public final class DeepgramRecognizer: Recognizer {
             tls.additionalTrustRoots = [.file(settings.caFile)]
         }
         return tls
-    }
-
-    static func isCertificateProblem(_ message: String) -> Bool {
-        ["certificate", "CERTIFICATE", "handshakeFailed", "unableToValidateCertificate", "hostname"].contains {
-            message.contains($0)
-        }
     }
 
     /// Maps a refused handshake to an error and what it says about authorization.

@@ -5,6 +5,7 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import NIOWebSocket
+import Synchronization
 
 /// A refused WebSocket handshake: the server answered with a plain HTTP response.
 public struct HandshakeRefusal: Error, Sendable, Equatable {
@@ -70,10 +71,12 @@ public final class WebSocketConnection: Sendable {
         let hostHeader = url.port.map { "\(host):\($0)" } ?? host
         let bareHost = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
 
+        let opened = Mutex<(any Channel)?>(nil)
         let upgradeResult = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
             .connect(host: bareHost, port: port) { channel in
-                channel.eventLoop.makeCompletedFuture {
+                opened.withLock { $0 = channel }
+                return channel.eventLoop.makeCompletedFuture {
                     if let sslContext {
                         // Host names go in SNI and are verified; IP addresses are checked against the certificate's IP SANs.
                         let sniName = Self.isIPAddress(bareHost) ? nil : bareHost
@@ -110,7 +113,35 @@ public final class WebSocketConnection: Sendable {
                         configuration: pipeline)
                 }
             }
-        switch try await upgradeResult.get() {
+        // The TCP connect has its own timeout; TLS and the HTTP upgrade are bounded here, so a
+        // server that accepts and then says nothing cannot hang a start. (A future's get() does
+        // not observe task cancellation, so the race is settled by whichever resumes first.)
+        let outcome: UpgradeOutcome = try await withCheckedThrowingContinuation { continuation in
+            let pending = Mutex<CheckedContinuation<UpgradeOutcome, any Error>?>(continuation)
+            let take = {
+                pending.withLock { current -> CheckedContinuation<UpgradeOutcome, any Error>? in
+                    defer { current = nil }
+                    return current
+                }
+            }
+            let timer = upgradeResult.eventLoop.scheduleTask(
+                in: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
+            ) {
+                guard let waiting = take() else { return }
+                opened.withLock { $0?.close(promise: nil) }
+                waiting.resume(throwing: WebSocketError("the server did not complete the handshake within \(timeout)"))
+            }
+            upgradeResult.whenComplete { result in
+                timer.cancel()
+                guard let waiting = take() else {
+                    // Too late: the caller has given up on this connection.
+                    if case .success(.upgraded(let channel)) = result { channel.channel.close(promise: nil) }
+                    return
+                }
+                waiting.resume(with: result)
+            }
+        }
+        switch outcome {
         case .upgraded(let channel):
             return WebSocketConnection(channel: channel, logger: logger)
         case .refused(let refusal):
