@@ -134,4 +134,32 @@ struct DeepgramProtocolTests {
         #expect(try APIKey.load(keyFile: "", environment: ["STTD_API_KEY": " env "]) == APIKey("env"))
         #expect(try APIKey.load(keyFile: "", environment: [:]) == nil)
     }
+
+    @Test func proxyComesFromTheEnvironment() throws {
+        let secure = try #require(URL(string: "wss://api.deepgram.com/v1/listen"))
+        let plain = try #require(URL(string: "ws://127.0.0.1:8080/v1/listen"))
+        #expect(ProxySettings.forURL(secure, environment: [:]) == nil)
+        #expect(
+            ProxySettings.forURL(secure, environment: ["https_proxy": "http://proxy.lan:3128"])
+                == ProxySettings(kind: .httpConnect, host: "proxy.lan", port: 3128))
+        #expect(
+            ProxySettings.forURL(secure, environment: ["HTTPS_PROXY": "proxy.lan:8080"])
+                == ProxySettings(kind: .httpConnect, host: "proxy.lan", port: 8080))
+        #expect(
+            ProxySettings.forURL(secure, environment: ["all_proxy": "socks5h://127.0.0.1:1080"])
+                == ProxySettings(kind: .socks5, host: "127.0.0.1", port: 1080))
+        #expect(
+            ProxySettings.forURL(secure, environment: ["http_proxy": "http://p:1"]) == nil,
+            "http_proxy is for ws:// only")
+        #expect(ProxySettings.forURL(plain, environment: ["http_proxy": "http://p:1"])?.host == "p")
+        for exclusion in ["deepgram.com", ".deepgram.com", "api.deepgram.com", "*", "example.org, deepgram.com"] {
+            #expect(
+                ProxySettings.forURL(secure, environment: ["https_proxy": "http://p:1", "no_proxy": exclusion]) == nil,
+                "\(exclusion)")
+        }
+        #expect(
+            ProxySettings.forURL(secure, environment: ["https_proxy": "http://p:1", "NO_PROXY": "notdeepgram.com"])
+                != nil)
+        #expect(ProxySettings.forURL(secure, environment: ["https_proxy": "ftp://p:1"]) == nil)
+    }
 }

@@ -250,6 +250,25 @@ struct DeepgramStreamingTests {
         #expect(ContinuousClock.now - started < .seconds(10))
     }
 
+    @Test func tunnelsThroughAnHTTPProxyWithTLS() async throws {
+        let certificates = try TestCertificates(hosts: ["localhost"])
+        let server = try await DeepgramTestServer(
+            tls: (certificates.certificate("localhost"), certificates.key("localhost")))
+        let proxy = try ConnectProxy()
+        defer { proxy.stop() }
+        let recognizer = DeepgramRecognizer(
+            settings: DeepgramSettings(
+                url: server.url(tls: true), caFile: certificates.caCertificate, backoff: Backoff(maxAttempts: 0)),
+            environment: ["STTD_API_KEY": server.script.key, "https_proxy": "http://127.0.0.1:\(proxy.port)"],
+            logger: logs.logger())
+        let audio = Array(recording.prefix(16_000))
+        let (finals, _, _) = try await stream(audio, to: recognizer)
+        #expect(proxy.requestedTargets == ["localhost:\(server.port)"])
+        #expect(
+            finals.joined(separator: " ").split(separator: " ").map(String.init)
+                == DeepgramTestServer.words(for: wireBytes(audio)))
+    }
+
     @Test func undecodableAudioCloseIsNotRetried() async throws {
         var script = DeepgramTestServer.Script()
         script.closeAfterBytes = (16_000, 1008, "DATA-0000")

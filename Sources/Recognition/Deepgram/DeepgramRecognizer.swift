@@ -90,7 +90,8 @@ public final class DeepgramRecognizer: Recognizer {
         while true {
             do {
                 let connection = try await WebSocketConnection.connect(
-                    url: url, headers: headers, tls: tls, timeout: settings.connectTimeout, logger: logger)
+                    url: url, headers: headers, tls: tls, proxy: ProxySettings.forURL(url, environment: environment),
+                    timeout: settings.connectTimeout, logger: logger)
                 logger.debug("stream connected", metadata: ["host": "\(url.host ?? "")"])
                 return connection
             } catch let refusal as HandshakeRefusal {

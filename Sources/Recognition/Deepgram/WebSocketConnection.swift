@@ -57,8 +57,8 @@ public final class WebSocketConnection: Sendable {
     /// - Throws: ``HandshakeRefusal`` if the server answered without upgrading; other errors for
     ///   network and TLS failures.
     public static func connect(
-        url: URL, headers: [(String, String)], tls: TLSConfiguration?, timeout: Duration = .seconds(10),
-        logger: Logger
+        url: URL, headers: [(String, String)], tls: TLSConfiguration?, proxy: ProxySettings? = nil,
+        timeout: Duration = .seconds(10), logger: Logger
     ) async throws -> WebSocketConnection {
         guard let host = url.host, let scheme = url.scheme?.lowercased() else {
             throw WebSocketError("the URL \(url.absoluteString) has no host")
@@ -66,51 +66,31 @@ public final class WebSocketConnection: Sendable {
         let secure = scheme == "wss"
         let port = url.port ?? (secure ? 443 : 80)
         let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
-        var path = url.path.isEmpty ? "/" : url.path
-        if let query = url.query { path += "?" + query }
+        let path = (url.path.isEmpty ? "/" : url.path) + (url.query.map { "?" + $0 } ?? "")
         let hostHeader = url.port.map { "\(host):\($0)" } ?? host
         let bareHost = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
 
         let opened = Mutex<(any Channel)?>(nil)
         let upgradeResult = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .connectTimeout(.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
-            .connect(host: bareHost, port: port) { channel in
+            .connect(host: proxy?.host ?? bareHost, port: proxy?.port ?? port) { channel in
                 opened.withLock { $0 = channel }
                 return channel.eventLoop.makeCompletedFuture {
-                    if let sslContext {
-                        // Host names go in SNI and are verified; IP addresses are checked against the certificate's IP SANs.
-                        let sniName = Self.isIPAddress(bareHost) ? nil : bareHost
-                        try channel.pipeline.syncOperations.addHandler(
-                            NIOSSLClientHandler(context: sslContext, serverHostname: sniName), position: .first)
+                    // TLS and the upgrade go on the application side of a proxy tunnel, if any.
+                    let setUp: @Sendable () throws -> EventLoopFuture<UpgradeOutcome> = {
+                        if let sslContext {
+                            // Host names go in SNI and are verified; IP addresses are checked against the certificate's IP SANs.
+                            let sniName = Self.isIPAddress(bareHost) ? nil : bareHost
+                            try channel.pipeline.syncOperations.addHandler(
+                                NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
+                        }
+                        return try Self.configureUpgrade(
+                            channel, path: path, hostHeader: hostHeader, headers: headers)
                     }
-                    var requestHeaders = HTTPHeaders()
-                    requestHeaders.add(name: "Host", value: hostHeader)
-                    for (name, value) in headers { requestHeaders.add(name: name, value: value) }
-                    let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeOutcome>(
-                        maxFrameSize: 1 << 20,
-                        upgradePipelineHandler: { channel, _ in
-                            channel.eventLoop.makeCompletedFuture {
-                                .upgraded(
-                                    try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
-                                        wrappingChannelSynchronously: channel))
-                            }
-                        })
-                    let configuration = NIOTypedHTTPClientUpgradeConfiguration<UpgradeOutcome>(
-                        upgradeRequestHead: HTTPRequestHead(
-                            version: .http1_1, method: .GET, uri: path, headers: requestHeaders),
-                        upgraders: [upgrader],
-                        notUpgradingCompletionHandler: { channel in
-                            channel.eventLoop.makeCompletedFuture {
-                                // NIO replays the buffered response after this returns; the recorder reads it.
-                                let recorder = RefusalRecorder(promise: channel.eventLoop.makePromise())
-                                try channel.pipeline.syncOperations.addHandler(recorder)
-                                return .refused(recorder.promise.futureResult)
-                            }
-                        })
-                    var pipeline = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: configuration)
-                    pipeline.leftOverBytesStrategy = .forwardBytes
-                    return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(
-                        configuration: pipeline)
+                    guard let proxy else { return try setUp() }
+                    let deadline = NIODeadline.now() + .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
+                    return try proxy.establishTunnel(on: channel, to: bareHost, port: port, deadline: deadline)
+                        .flatMapThrowing { try setUp() }.flatMap { $0 }
                 }
             }
         // The TCP connect has its own timeout; TLS and the HTTP upgrade are bounded here, so a
@@ -221,6 +201,37 @@ public final class WebSocketConnection: Sendable {
     /// Drops the connection at once.
     public func abort() {
         channel.channel.close(promise: nil)
+    }
+
+    /// The HTTP/1 upgrade request and NIOWebSocket's upgrader; a refusal is read by a recorder.
+    private static func configureUpgrade(
+        _ channel: any Channel, path: String, hostHeader: String, headers: [(String, String)]
+    ) throws -> EventLoopFuture<UpgradeOutcome> {
+        var requestHeaders = HTTPHeaders()
+        requestHeaders.add(name: "Host", value: hostHeader)
+        for (name, value) in headers { requestHeaders.add(name: name, value: value) }
+        let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeOutcome>(
+            maxFrameSize: 1 << 20,
+            upgradePipelineHandler: { channel, _ in
+                channel.eventLoop.makeCompletedFuture {
+                    .upgraded(
+                        try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel))
+                }
+            })
+        let configuration = NIOTypedHTTPClientUpgradeConfiguration<UpgradeOutcome>(
+            upgradeRequestHead: HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: requestHeaders),
+            upgraders: [upgrader],
+            notUpgradingCompletionHandler: { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    // NIO replays the buffered response after this returns; the recorder reads it.
+                    let recorder = RefusalRecorder(promise: channel.eventLoop.makePromise())
+                    try channel.pipeline.syncOperations.addHandler(recorder)
+                    return .refused(recorder.promise.futureResult)
+                }
+            })
+        var pipeline = NIOUpgradableHTTPClientPipelineConfiguration(upgradeConfiguration: configuration)
+        pipeline.leftOverBytesStrategy = .forwardBytes
+        return try channel.pipeline.syncOperations.configureUpgradableHTTPClientPipeline(configuration: pipeline)
     }
 
     static func isIPAddress(_ host: String) -> Bool {
