@@ -188,7 +188,6 @@ extension Integration {
             await recorder.wait { _ in recorder.changes(of: "State").count >= 12 }
             let states = recorder.changes(of: "State").compactMap(\.string)
             #expect(states == Array(repeating: ["starting", "listening", "stopping", "idle"], count: 3).flatMap { $0 })
-            #expect(!recorder.signals(named: "AudioLevel").isEmpty || states.count == 12)
         }
 
         @Test func concurrentCallsFromManyClientsAreSerialized() async throws {

@@ -269,6 +269,20 @@ struct DeepgramStreamingTests {
                 == DeepgramTestServer.words(for: wireBytes(audio)))
     }
 
+    @Test func cancelClosesTheConnectionAtOnce() async throws {
+        let server = try await DeepgramTestServer()
+        let session = try await recognizer(server).startSession(SessionOptions())
+        session.send(AudioChunk(samples: Array(recording.prefix(8_000))))
+        try await Task.sleep(for: .milliseconds(200))
+        session.cancel()
+        for try await _ in session.events {}
+        let deadline = ContinuousClock.now + .seconds(3)
+        while server.openConnections > 0, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(server.openConnections == 0, "the socket closes on cancel, not when the server times out")
+    }
+
     @Test func undecodableAudioCloseIsNotRetried() async throws {
         var script = DeepgramTestServer.Script()
         script.closeAfterBytes = (16_000, 1008, "DATA-0000")

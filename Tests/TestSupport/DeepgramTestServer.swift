@@ -44,6 +44,8 @@ public final class DeepgramTestServer: Sendable {
         public var controls: [(type: String, atByte: Int)] = []
         public var finalsSent: [String] = []
         public var clientClosed = false
+        /// The socket is still open.
+        public var open = true
 
         public func header(_ name: String) -> String? {
             headers.first { $0.0.lowercased() == name.lowercased() }?.1
@@ -80,6 +82,7 @@ public final class DeepgramTestServer: Sendable {
                         records.append(Connection())
                         return records.count - 1
                     }
+                    channel.closeFuture.whenComplete { _ in owner.update(index) { $0.open = false } }
                     let session = ServerSession(server: owner, index: index)
                     let refusing = RefusingHTTPHandler(session: session)
                     let upgrader = NIOWebSocketServerUpgrader(
@@ -111,6 +114,9 @@ public final class DeepgramTestServer: Sendable {
     }
 
     public var connections: [Connection] { records.withLock { $0 } }
+
+    /// Sockets still open.
+    public var openConnections: Int { connections.filter(\.open).count }
 
     /// Every final the server sent, in order, across connections.
     public var finalsSent: [String] { connections.flatMap(\.finalsSent) }

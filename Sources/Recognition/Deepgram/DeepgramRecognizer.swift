@@ -193,6 +193,7 @@ final class DeepgramSession: RecognitionSession {
     private struct State {
         var ledger: StreamLedger
         var outbound: AsyncStream<Outbound>.Continuation?
+        var connection: WebSocketConnection?
         var finishing = false
         var cancelled = false
         var unknownTypesLogged = Set<String>()
@@ -239,6 +240,8 @@ final class DeepgramSession: RecognitionSession {
         state.withLock { state in
             state.cancelled = true
             state.outbound?.finish()
+            // Close now rather than when the server notices the silence.
+            state.connection?.abort()
         }
         continuation.finish()
     }
@@ -308,6 +311,8 @@ final class DeepgramSession: RecognitionSession {
                 queueContinuation.yield(.text(DeepgramProtocol.closeStream))
             }
             state.outbound = queueContinuation
+            state.connection = connection
+            if state.cancelled { connection.abort() }
         }
         let sender = Task { await Self.pump(queue, into: connection) }
         for await message in connection.messages {
@@ -315,7 +320,10 @@ final class DeepgramSession: RecognitionSession {
             handle(text)
         }
         let end = await connection.end
-        state.withLock { $0.outbound = nil }
+        state.withLock {
+            $0.outbound = nil
+            $0.connection = nil
+        }
         queueContinuation.finish()
         sender.cancel()
         return end
