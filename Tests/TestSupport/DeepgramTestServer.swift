@@ -22,6 +22,8 @@ public final class DeepgramTestServer: Sendable {
         public var refuseReconnects: Int?
         /// Closes the first connection's socket without a close frame after this many audio bytes.
         public var dropAfterBytes: Int?
+        /// Closes the first connection's socket without a close frame this long after the upgrade.
+        public var dropAfter: Duration?
         /// Sends a close frame with this code and reason after this many audio bytes (first connection).
         public var closeAfterBytes: (bytes: Int, code: UInt16, reason: String)?
         /// Sends Metadata first (as SubQ may) instead of last (as Deepgram does).
@@ -245,6 +247,10 @@ final class WebSocketServerHandler: ChannelInboundHandler {
     init(session: ServerSession) { self.session = session }
 
     func handlerAdded(context: ChannelHandlerContext) {
+        if session.isFirst, let delay = script.dropAfter {
+            let milliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
+            context.eventLoop.scheduleTask(in: .milliseconds(milliseconds)) { context.close(promise: nil) }
+        }
         if script.metadataFirst { send(context, metadata()) }
         for message in script.extraMessages { send(context, message) }
     }
