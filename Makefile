@@ -22,11 +22,9 @@ build: setup
 release: setup
 	$(SWIFT) build -c release
 
-# Unit tests first, then the integration tests alone: those play real-time audio.
 test: build
 	$(SWIFT) build --build-tests
-	scripts/test-env $(SWIFT) test --skip-build --skip IntegrationTests
-	scripts/test-env $(SWIFT) test --skip-build --filter IntegrationTests
+	SWIFT=$(SWIFT) scripts/run-tests
 
 demo: build
 	scripts/test-env scripts/demo .build/debug

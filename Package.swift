@@ -28,6 +28,8 @@ let package = Package(
         .systemLibrary(
             name: "CPocketSphinx", pkgConfig: "pocketsphinx",
             providers: [.apt(["libpocketsphinx-dev", "libsphinxbase-dev"])]),
+        // posix_spawn with every inherited descriptor closed (a GNU extension Swift cannot see).
+        .target(name: "CSpawn"),
 
         .target(
             name: "DBus",
@@ -53,7 +55,7 @@ let package = Package(
         .target(
             name: "Service",
             dependencies: [
-                "DBus", "Capture", "Recognition",
+                "DBus", "Capture", "Recognition", "CSpawn",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
@@ -78,7 +80,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "DBus", .product(name: "Logging", package: "swift-log"),
+                "DBus", "CSpawn", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -1,3 +1,4 @@
+import CSpawn
 import DBus
 import Foundation
 import Logging
@@ -154,23 +155,12 @@ public enum ModelCheck {
     }
 
     private static func runChild(arguments: [String]) -> Bool {
-        var actions = posix_spawn_file_actions_t()
-        posix_spawn_file_actions_init(&actions)
-        defer { posix_spawn_file_actions_destroy(&actions) }
-        for fd in [Int32(0), 1, 2] {
-            posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", fd == 0 ? O_RDONLY : O_WRONLY, 0)
-        }
-        var attributes = posix_spawnattr_t()
-        posix_spawnattr_init(&attributes)
-        defer { posix_spawnattr_destroy(&attributes) }
-        var noSignals = sigset_t()
-        sigemptyset(&noSignals)
-        posix_spawnattr_setsigmask(&attributes, &noSignals)
-        posix_spawnattr_setflags(&attributes, Int16(POSIX_SPAWN_SETSIGMASK))
         let argv = (["sttd"] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
-        guard posix_spawn(&pid, "/proc/self/exe", &actions, &attributes, argv, environ) == 0 else { return false }
+        guard sttd_spawn(&pid, "/proc/self/exe", argv, environ, "/dev/null", "/dev/null", "/dev/null") == 0 else {
+            return false
+        }
         var status: Int32 = 0
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         // Exited normally (no signal) with status 0.

@@ -70,12 +70,8 @@ extension Integration {
             try sttd.pulse.play(try LibriVox.recordings()[3].path)
             let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
             let states = recorder.changes(of: "State").compactMap(\.string)
-            // Known defect: the client sometimes notices the server's close only seconds later (seen
-            // at stop time), so State may not show reconnecting while listening. See the issue note.
             let streamLog = sttd.log.split(separator: "\n").filter { $0.contains("stream") }.joined(separator: "\n")
-            withKnownIssue("a server-side close is sometimes detected late", isIntermittent: true) {
-                #expect(states.contains("reconnecting"), "\(states)\n\(streamLog)")
-            }
+            #expect(states.contains("reconnecting"), "\(states)\n\(streamLog)")
             #expect(server.connections.filter(\.upgraded).count == 2)
             #expect(transcript == server.finalsSent.filter { !$0.isEmpty }.joined(separator: " "))
         }

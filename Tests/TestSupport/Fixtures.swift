@@ -122,13 +122,33 @@ public final class PrivateBus: @unchecked Sendable {
     deinit { stop() }
 }
 
-/// Waits up to 10 s for a socket or file to appear.
+/// Waits up to 10 s until a Unix socket accepts connections (the file appears at bind(),
+/// a moment before the daemon listens).
 func waitFor(_ path: String, what: String) throws {
     for _ in 0..<1000 {
-        if FileManager.default.fileExists(atPath: path) { return }
+        if acceptsConnections(path) { return }
         usleep(10_000)
     }
-    throw MissingPrerequisite(description: "\(what) did not create \(path) within 10 s")
+    throw MissingPrerequisite(description: "\(what) did not listen on \(path) within 10 s")
+}
+
+private func acceptsConnections(_ path: String) -> Bool {
+    let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var address = sockaddr_un()
+    address.sun_family = sa_family_t(AF_UNIX)
+    let capacity = MemoryLayout.size(ofValue: address.sun_path)
+    guard path.utf8.count < capacity else { return false }
+    withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+        buffer.copyBytes(from: path.utf8)
+        buffer[path.utf8.count] = 0
+    }
+    return withUnsafePointer(to: &address) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+            connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) == 0
+        }
+    }
 }
 
 /// A headless PulseAudio whose null sink `mic` is the microphone: its monitor `mic.monitor`

@@ -1,0 +1,11 @@
+#ifndef CSPAWN_H
+#define CSPAWN_H
+
+#include <sys/types.h>
+
+/// Starts `path` with stdin/stdout/stderr opened on the given files, every other descriptor
+/// closed, an empty signal mask and default signal dispositions. Returns 0 or an errno value.
+int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+               const char *stdin_path, const char *stdout_path, const char *stderr_path);
+
+#endif
