@@ -18,6 +18,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-nio-ssl", from: "2.37.6"),
         .package(url: "https://github.com/apple/swift-nio-extras", from: "1.35.2"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.10.0"),
     ],
     targets: [
         // C libraries from Debian's -dev packages.
@@ -28,8 +29,8 @@ let package = Package(
         .systemLibrary(
             name: "CPocketSphinx", pkgConfig: "pocketsphinx",
             providers: [.apt(["libpocketsphinx-dev", "libsphinxbase-dev"])]),
-        // posix_spawn with every inherited descriptor closed (a GNU extension Swift cannot see).
-        .target(name: "CSpawn"),
+        // GNU extensions Swift cannot see: posix_spawn closing inherited descriptors, mallopt.
+        .target(name: "CSttdSystem"),
 
         .target(
             name: "DBus",
@@ -53,9 +54,13 @@ let package = Package(
             ],
             swiftSettings: strictness),
         .target(
+            name: "History",
+            dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
+            swiftSettings: strictness),
+        .target(
             name: "Service",
             dependencies: [
-                "DBus", "Capture", "Recognition", "CSpawn",
+                "DBus", "Capture", "Recognition", "History", "CSttdSystem",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
@@ -64,7 +69,7 @@ let package = Package(
         .target(
             name: "Control",
             dependencies: [
-                "DBus",
+                "DBus", "History",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness),
@@ -80,7 +85,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "DBus", "CSpawn", .product(name: "Logging", package: "swift-log"),
+                "DBus", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -96,9 +101,11 @@ let package = Package(
             name: "RecognitionTests", dependencies: ["Recognition", "TestSupport"],
             swiftSettings: strictness),
         .testTarget(
+            name: "HistoryTests", dependencies: ["History", "TestSupport"], swiftSettings: strictness),
+        .testTarget(
             name: "ServiceTests", dependencies: ["Service", "TestSupport"], swiftSettings: strictness),
         .testTarget(
-            name: "IntegrationTests", dependencies: ["DBus", "Service", "TestSupport"],
+            name: "IntegrationTests", dependencies: ["DBus", "History", "Service", "TestSupport"],
             swiftSettings: strictness),
     ],
     swiftLanguageModes: [.v6]

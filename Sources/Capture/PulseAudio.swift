@@ -13,8 +13,10 @@ public struct CaptureError: Error, Sendable, Equatable, CustomStringConvertible 
         case accessDenied
         /// The named source does not exist.
         case noSuchSource
-        /// The server or the source went away while capturing.
+        /// The sound server went away while capturing (it may come back).
         case lost
+        /// The named source went away while capturing (unplugged or unloaded).
+        case sourceLost
         /// Anything else the server reported.
         case failed
     }
@@ -40,10 +42,13 @@ public struct CaptureError: Error, Sendable, Equatable, CustomStringConvertible 
             return CaptureError(
                 .accessDenied,
                 "The sound server refused access to the microphone (\(reason)). Check your desktop's privacy settings.")
-        case PA_ERR_NOENTITY.rawValue:
+        case PA_ERR_NOENTITY.rawValue,
+            PA_ERR_INVALID.rawValue where source != nil:
+            // The server answers "invalid argument" for names it could never have.
+            let name = source.map { $0.count > 80 ? $0.prefix(80) + "…" : $0 } ?? ""
             return CaptureError(
                 .noSuchSource,
-                "There is no audio source named '\(source ?? "")'. List sources with `sttctl sources` and set `source` to one of them, or to \"\" for the default."
+                "There is no audio source named '\(name)'. List sources with `sttctl sources` and set `source` to one of them, or to \"\" for the default."
             )
         default:
             return CaptureError(.failed, "The sound server reported an error: \(reason).")
@@ -211,7 +216,7 @@ class PulseWorker: @unchecked Sendable {
 public struct Capture: Sendable {
     fileprivate let worker: CaptureWorker
 
-    /// Chunks of audio. Ends normally after ``stop()``, or throws a ``CaptureError`` (kind `.lost`)
+    /// Chunks of audio. Ends normally after ``stop()``, or throws a ``CaptureError`` (kind `.lost` or `.sourceLost`)
     /// when the server or source goes away. Holds at most 10 s of audio for a stalled consumer,
     /// dropping the oldest beyond that, so a hung consumer cannot grow memory without bound.
     public var chunks: AsyncThrowingStream<AudioChunk, any Error> { worker.chunks }
@@ -295,11 +300,17 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
             logger.debug("capture stream ready", metadata: ["source": "\(source ?? "(default)")"])
             opened?.resume()
             opened = nil
-        case PA_STREAM_FAILED:
-            failed(CaptureError.from(code: pa_context_errno(context), source: source))
-            finish()
-        case PA_STREAM_TERMINATED:
-            if isOpen { failed(CaptureError(.lost, "The audio source '\(source ?? "default")' went away.")) }
+        case PA_STREAM_FAILED, PA_STREAM_TERMINATED:
+            // With the server still there, it is the source that went (a dead server fails the context first).
+            if isOpen, pa_context_get_state(context) == PA_CONTEXT_READY {
+                failed(
+                    CaptureError(
+                        .sourceLost,
+                        "The audio source '\(source ?? "default")' went away (unplugged or unloaded). List sources with `sttctl sources`."
+                    ))
+            } else if state == PA_STREAM_FAILED {
+                failed(CaptureError.from(code: pa_context_errno(context), source: source))
+            }
             finish()
         default: break
         }

@@ -19,13 +19,13 @@ public struct Sttctl: AsyncParsableCommand {
         commandName: "sttctl",
         abstract: "Control sttd, the speech-to-text service: start and stop dictation, follow the transcript.",
         discussion: """
-            Exit codes: 0 success, 2 usage error, 3 service not reachable, 4 the service returned an error.
+            Exit codes: 0 success, 1 the history cannot be read, 2 usage error, 3 service not reachable, 4 the service returned an error.
             Bind `sttctl toggle` to a key to get a dictation button.
             """,
         version: "0.1.0",
         subcommands: [
             Start.self, Stop.self, Toggle.self, Cancel.self, Reset.self, Status.self, TranscriptCommand.self,
-            Watch.self, Sources.self, Authorize.self,
+            Watch.self, Sources.self, Authorize.self, HistoryCommand.self, Last.self,
         ])
 
     public init() {}

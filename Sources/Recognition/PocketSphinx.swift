@@ -295,6 +295,9 @@ private final class DecoderWorker {
     var current: LocalSession?
     var utteranceStarted = false
     var samplesSinceHypothesis = 0
+    /// Samples of the current session decoded so far, and where the current utterance began.
+    var samplesProcessed = 0
+    var utteranceStart = 0
     var lastInterim = ""
     // An interim hypothesis every 250 ms of speech: ps_get_hyp walks the lattice, so not per chunk.
     let interimInterval = AudioFormat.sampleRate / 4
@@ -327,6 +330,7 @@ private final class DecoderWorker {
                 decoder.startUtterance()
                 utteranceStarted = false
                 samplesSinceHypothesis = 0
+                samplesProcessed = 0
                 lastInterim = ""
             case .audio(let session, let chunk):
                 guard session === current, let decoder else { continue }
@@ -344,15 +348,19 @@ private final class DecoderWorker {
     // Segmentation as `pocketsphinx_continuous -infile` does it, so results match the reference tool.
     private func process(_ chunk: AudioChunk, _ decoder: Decoder, _ session: LocalSession) {
         decoder.process(chunk.samples)
+        samplesProcessed += chunk.samples.count
         let inSpeech = decoder.inSpeech
         if inSpeech && !utteranceStarted {
             utteranceStarted = true
+            utteranceStart = samplesProcessed - chunk.samples.count
             samplesSinceHypothesis = 0
+            session.continuation.yield(.speechActivity(true))
         }
         if !inSpeech && utteranceStarted {
             decoder.endUtterance()
             let text = decoder.hypothesis
-            session.continuation.yield(.result(RecognitionResult(text: text, isFinal: true)))
+            session.continuation.yield(.result(finalResult(text)))
+            session.continuation.yield(.speechActivity(false))
             decoder.startUtterance()
             utteranceStarted = false
             lastInterim = ""
@@ -370,11 +378,19 @@ private final class DecoderWorker {
         }
     }
 
+    private func finalResult(_ text: String) -> RecognitionResult {
+        let rate = Double(AudioFormat.sampleRate)
+        return RecognitionResult(
+            text: text, isFinal: true, audioStart: Double(utteranceStart) / rate,
+            audioEnd: Double(samplesProcessed) / rate)
+    }
+
     private func end(_ session: LocalSession, deliver: Bool) {
         decoder?.endUtterance()
         if deliver, utteranceStarted, let text = decoder?.hypothesis, !text.isEmpty {
-            session.continuation.yield(.result(RecognitionResult(text: text, isFinal: true)))
+            session.continuation.yield(.result(finalResult(text)))
         }
+        if utteranceStarted { session.continuation.yield(.speechActivity(false)) }
         utteranceStarted = false
         session.continuation.finish()
         current = nil

@@ -4,10 +4,15 @@ import Capture
 public struct RecognitionResult: Sendable, Equatable {
     public var text: String
     public var isFinal: Bool
+    /// Where the result's audio starts and ends, in seconds from the session's start, if known.
+    public var audioStart: Double?
+    public var audioEnd: Double?
 
-    public init(text: String, isFinal: Bool) {
+    public init(text: String, isFinal: Bool, audioStart: Double? = nil, audioEnd: Double? = nil) {
         self.text = text
         self.isFinal = isFinal
+        self.audioStart = audioStart
+        self.audioEnd = audioEnd
     }
 }
 
@@ -71,6 +76,8 @@ public enum RecognitionEvent: Sendable, Equatable {
     case result(RecognitionResult)
     /// The link to the recognizer dropped and is being re-established (true), or is back (false).
     case reconnecting(Bool)
+    /// Speech started (true) or stopped (false), as far as the recognizer can tell.
+    case speechActivity(Bool)
 }
 
 /// One recognition session: audio in, results out.

@@ -40,6 +40,10 @@ public struct Configuration: Sendable, Equatable {
     public var output = OutputMode.none
     public var stopTimeoutMilliseconds: UInt32 = 5000
     public var history = true
+    /// Sessions older than this many days are deleted at startup and daily; 0 keeps them all.
+    public var historyDays = 0
+    /// How long a session waits for a restarted sound server before it fails.
+    public var microphoneReconnectMilliseconds: UInt32 = 10_000
     public var local = Local()
     public var deepgram = Deepgram()
 
@@ -113,6 +117,9 @@ public struct Configuration: Sendable, Equatable {
         stopTimeoutMilliseconds = try reader.milliseconds(
             "stop_timeout_ms", default: stopTimeoutMilliseconds, allowZero: false)
         history = try reader.bool("history", default: history)
+        historyDays = try reader.count("history_days", default: historyDays, range: 0...36_500)
+        microphoneReconnectMilliseconds = try reader.milliseconds(
+            "microphone_reconnect_ms", default: microphoneReconnectMilliseconds, allowZero: true)
 
         if let localTable = try reader.table("local") {
             var localReader = TableReader(table: localTable, prefix: "local.")

@@ -74,10 +74,15 @@ public struct SessionMachine<Options: Sendable & Equatable>: Sendable {
         case (.idle, .cancel(let id)):
             return [.reply(id, .cancelled)]
 
-        // Starting: callers wait for the outcome.
+        // Starting: callers wait for the outcome. Calls keep their order: a start after a stop
+        // was asked for runs once that stop is done.
+        case (.starting, .start(let id, let options)) where stopRequested || cancelRequested:
+            return queueStart(.start(id), options)
         case (.starting, .start(let id, _)):
             startWaiters.append(.start(id))
             return []
+        case (.starting, .toggle(let id, let options)) where stopRequested || cancelRequested:
+            return queueStart(.toggle(id), options)
         case (.starting, .toggle(let id, _)):
             // A second press while starting means "stop".
             stopWaiters.append(.toggle(id))
@@ -119,13 +124,9 @@ public struct SessionMachine<Options: Sendable & Equatable>: Sendable {
 
         // Stopping: stops and cancels join; starts queue for afterwards.
         case (.stopping, .start(let id, let options)):
-            queuedStarts.append(.start(id))
-            if queuedOptions == nil { queuedOptions = options }
-            return []
+            return queueStart(.start(id), options)
         case (.stopping, .toggle(let id, let options)):
-            queuedStarts.append(.toggle(id))
-            if queuedOptions == nil { queuedOptions = options }
-            return []
+            return queueStart(.toggle(id), options)
         case (.stopping, .stop(let id)):
             stopWaiters.append(.stop(id))
             return []
@@ -149,6 +150,13 @@ public struct SessionMachine<Options: Sendable & Equatable>: Sendable {
     public mutating func setReconnecting(_ reconnecting: Bool) {
         if reconnecting, state == .listening { state = .reconnecting }
         if !reconnecting, state == .reconnecting { state = .listening }
+    }
+
+    /// A start that runs after the stop in progress.
+    private mutating func queueStart(_ waiter: Waiter, _ options: Options) -> [Action] {
+        queuedStarts.append(waiter)
+        if queuedOptions == nil { queuedOptions = options }
+        return []
     }
 
     private mutating func begin(_ options: Options, waiters: [Waiter]) -> [Action] {

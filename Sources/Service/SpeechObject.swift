@@ -58,6 +58,18 @@ public enum SpeechInterface {
                             })
                     ]
                 },
+                DBusMethod(
+                    "GetHistory", inputs: [DBusArgument("limit", .uint32)],
+                    outputs: [DBusArgument("entries", .array(.structure([.string, .int64, .string])))]
+                ) { call in
+                    let limit = Int(call.arguments[0].uint32 ?? 0)
+                    let entries = try await required(service).recentHistory(limit: limit)
+                    return [
+                        .array(
+                            .structure([.string, .int64, .string]),
+                            entries.map { .structure([.string($0.id), .int64($0.started), .string($0.text)]) })
+                    ]
+                },
             ],
             properties: [
                 DBusProperty("State", .string("idle")),
@@ -88,6 +100,7 @@ public enum SpeechInterface {
                 DBusSignal(
                     "SessionFailed", arguments: [DBusArgument("error_name", .string), DBusArgument("message", .string)]),
                 DBusSignal("AudioLevel", arguments: [DBusArgument("rms_dbfs", .double)]),
+                DBusSignal("SpeechActivity", arguments: [DBusArgument("speaking", .boolean)]),
             ])
     }
 

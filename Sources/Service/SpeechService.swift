@@ -1,5 +1,7 @@
 import Capture
 import DBus
+import Foundation
+import History
 import Logging
 import Recognition
 import Synchronization
@@ -16,24 +18,33 @@ public actor SpeechService {
     private var session: ActiveSession?
     private var sessionCounter = 0
     private var object: DBusObject?
+    /// Which links of the running session are down; `State` is `reconnecting` while any is.
+    private var recognizerDown = false
+    private var microphoneDown = false
+    private var speaking = false
+    /// The running session's history row, if history is kept and the row could be written.
+    private var historyID: String?
 
     private let configuration: Configuration
     private let localRecognizer: PocketSphinxRecognizer
     private let streamingRecognizer: any Recognizer
     private let pulseServer: String?
+    private let history: HistoryStore?
     private let logger: Logger
 
     /// - Parameters:
     ///   - streamingRecognizer: the `deepgram` backend.
     ///   - pulseServer: a PulseAudio server address, or nil for the usual lookup.
+    ///   - history: where finals are kept, or nil to keep none.
     public init(
         configuration: Configuration, localRecognizer: PocketSphinxRecognizer, streamingRecognizer: any Recognizer,
-        pulseServer: String? = nil, logger: Logger
+        pulseServer: String? = nil, history: HistoryStore? = nil, logger: Logger
     ) {
         self.configuration = configuration
         self.localRecognizer = localRecognizer
         self.streamingRecognizer = streamingRecognizer
         self.pulseServer = pulseServer
+        self.history = history
         self.logger = logger
     }
 
@@ -107,9 +118,37 @@ public actor SpeechService {
         }
     }
 
-    /// Ends any session at once (service shutdown).
+    /// Sessions with text, newest first (`limit` 0: all): id, start (Unix µs), transcript.
+    public func recentHistory(limit: Int) throws(SpeechError) -> [HistoryEntry] {
+        guard let history else { return [] }
+        do {
+            return try history.sessions(limit: limit)
+        } catch {
+            throw SpeechError.internal(error.description)
+        }
+    }
+
+    /// Deletes sessions older than `history_days` (if set).
+    public func pruneHistory() {
+        guard let history, configuration.historyDays > 0 else { return }
+        do {
+            let pruned = try history.prune(startedBefore: SttdApp.historyCutoff(days: configuration.historyDays))
+            if pruned > 0 { logger.info("pruned history", metadata: ["sessions": "\(pruned)"]) }
+        } catch {
+            logger.error("history pruning failed", metadata: ["reason": "\(error.description)"])
+        }
+    }
+
+    /// Answers once the actor is free; the watchdog's proof of life.
+    public func isResponsive() -> Bool { true }
+
+    /// Service shutdown: a listening session stops as a Stop would (its last final is stored).
     public func shutdown() async {
-        if machine.state != .idle { await cancel() }
+        switch machine.state {
+        case .idle: return
+        case .listening, .reconnecting: _ = await stop()
+        default: await cancel()
+        }
     }
 
     // MARK: The machine
@@ -191,9 +230,17 @@ public actor SpeechService {
             object?.setProperty("MicrophoneStatus", .string(Self.microphoneStatus(for: error)))
             return handle(.openFailed(SpeechError(error)))
         }
-        let active = ActiveSession(token: token, capture: capture, recognition: recognition)
+        let pulseServer = pulseServer
+        let logger = logger
+        let active = ActiveSession(
+            token: token, capture: capture, recognition: recognition,
+            reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)),
+            reopen: { try await PulseAudio.capture(source: source, server: pulseServer, logger: logger) })
         session = active
+        recognizerDown = false
+        microphoneDown = false
         object?.setProperty("LastError", .string(""))
+        beginHistory(backend: backend, language: sessionOptions.language, source: source ?? "")
         active.run(service: self, levels: object)
         logger.info("listening", metadata: ["source": "\(source ?? "(default)")", "backend": "\(backend.rawValue)"])
         handle(.opened)
@@ -219,25 +266,84 @@ public actor SpeechService {
 
     // MARK: Reports from the running session
 
+    private func beginHistory(backend: Backend, language: String, source: String) {
+        historyID = nil
+        guard let history else { return }
+        let id = UUID().uuidString.lowercased()
+        do {
+            try history.beginSession(
+                id: id, started: Date(), backend: backend.rawValue, language: language, source: source)
+            historyID = id
+        } catch {
+            logger.error("history: session not recorded", metadata: ["reason": "\(error.description)"])
+        }
+    }
+
+    /// Commits a final before anyone hears of it, so a crash right after loses nothing signalled.
+    private func store(_ result: RecognitionResult) {
+        guard let history, let historyID else { return }
+        let text = Transcript.normalized(result.text)
+        guard !text.isEmpty else { return }
+        do {
+            try history.appendFinal(
+                sessionID: historyID, text: text, audioStart: result.audioStart, audioEnd: result.audioEnd)
+        } catch {
+            logger.error("history: final not stored", metadata: ["reason": "\(error.description)"])
+        }
+    }
+
+    private func endHistory() {
+        guard let history, let historyID else { return }
+        self.historyID = nil
+        do {
+            try history.endSession(id: historyID)
+        } catch {
+            logger.error("history: session end not recorded", metadata: ["reason": "\(error.description)"])
+        }
+    }
+
     func received(_ result: RecognitionResult, token: Int) {
         guard session?.token == token, transcript.apply(result) else { return }
+        if result.isFinal { store(result) }
         let text = transcript.text
         object?.emit(
             "TranscriptChanged", [.string(text), .string(Transcript.normalized(result.text)), .boolean(result.isFinal)])
         object?.setProperty("Transcript", .string(text))
     }
 
-    func linkChanged(reconnecting: Bool, token: Int) {
+    /// Which link of a session changed.
+    enum Link { case recognizer, microphone }
+
+    func linkChanged(_ link: Link, down: Bool, token: Int) {
         guard session?.token == token else { return }
+        switch link {
+        case .recognizer: recognizerDown = down
+        case .microphone:
+            microphoneDown = down
+            object?.setProperty("MicrophoneStatus", .string(down ? "unavailable" : "authorized"))
+        }
         let before = machine.state
-        machine.setReconnecting(reconnecting)
+        machine.setReconnecting(recognizerDown || microphoneDown)
         if machine.state != before { object?.setProperty("State", .string(machine.state.rawValue)) }
+    }
+
+    func speechActivity(_ now: Bool, token: Int) {
+        guard session?.token == token else { return }
+        setSpeaking(now)
+    }
+
+    private func setSpeaking(_ now: Bool) {
+        guard speaking != now else { return }
+        speaking = now
+        object?.emit("SpeechActivity", [.boolean(now)])
     }
 
     func sessionEnded(token: Int, captureError: CaptureError?, recognitionError: (any Error)?) {
         guard let ended = session, ended.token == token else { return }
         session = nil
-        ended.capture.cancel()
+        ended.cancelCapture()
+        setSpeaking(false)
+        endHistory()
         if let captureError {
             object?.setProperty("MicrophoneStatus", .string(Self.microphoneStatus(for: captureError)))
             return handle(.failed(SpeechError(captureError)))
@@ -257,17 +363,32 @@ public actor SpeechService {
 
 /// A running session: the capture pump and the results reader.
 final class ActiveSession: Sendable {
-    let token: Int
-    let capture: Capture
-    let recognition: any RecognitionSession
+    typealias Reopen = @Sendable () async throws -> Capture
 
-    init(token: Int, capture: Capture, recognition: any RecognitionSession) {
+    let token: Int
+    let recognition: any RecognitionSession
+    private let reconnectLimit: Duration
+    private let reopen: Reopen
+    /// The current capture (replaced when the sound server comes back) and whether the
+    /// session is closing, which ends any wait for the server.
+    private let captureState: Mutex<(capture: Capture, closing: Bool)>
+
+    init(
+        token: Int, capture: Capture, recognition: any RecognitionSession, reconnectLimit: Duration,
+        reopen: @escaping Reopen
+    ) {
         self.token = token
-        self.capture = capture
         self.recognition = recognition
+        self.reconnectLimit = reconnectLimit
+        self.reopen = reopen
+        captureState = Mutex((capture, false))
     }
 
     func close(flush: Bool) {
+        let capture = captureState.withLock { state in
+            state.closing = true
+            return state.capture
+        }
         if flush {
             capture.stop()
         } else {
@@ -276,21 +397,36 @@ final class ActiveSession: Sendable {
         }
     }
 
+    func cancelCapture() { captureState.withLock { $0.capture }.cancel() }
+
     /// Starts the two loops. Audio goes straight from capture to the recognizer, off the actor.
     func run(service: SpeechService, levels: DBusObject?) {
         let token = token
         let recognition = recognition
-        let chunks = capture.chunks
         let captureOutcome = CaptureOutcome()
-        Task.detached {
+        Task.detached { [self] in
             var meter = LevelMeter()
-            do {
-                for try await chunk in chunks {
-                    recognition.send(chunk)
-                    if let level = meter.add(chunk) { levels?.emit("AudioLevel", [.double(level)]) }
+            var chunks = captureState.withLock { $0.capture.chunks }
+            while true {
+                do {
+                    for try await chunk in chunks {
+                        recognition.send(chunk)
+                        if let level = meter.add(chunk) { levels?.emit("AudioLevel", [.double(level)]) }
+                    }
+                    break
+                } catch let error as CaptureError where error.kind == .lost {
+                    await service.linkChanged(.microphone, down: true, token: token)
+                    guard let capture = await reconnect() else {
+                        // Closed while waiting is a normal stop; otherwise the server stayed away.
+                        if !captureState.withLock({ $0.closing }) { captureOutcome.error = error }
+                        break
+                    }
+                    chunks = capture.chunks
+                    await service.linkChanged(.microphone, down: false, token: token)
+                } catch {
+                    captureOutcome.error = error as? CaptureError ?? CaptureError(.lost, "\(error)")
+                    break
                 }
-            } catch {
-                captureOutcome.error = error as? CaptureError ?? CaptureError(.lost, "\(error)")
             }
             // Recognize what was heard before the end (or the failure), then end the results.
             recognition.finish()
@@ -301,7 +437,8 @@ final class ActiveSession: Sendable {
                 for try await event in recognition.events {
                     switch event {
                     case .result(let result): await service.received(result, token: token)
-                    case .reconnecting(let down): await service.linkChanged(reconnecting: down, token: token)
+                    case .reconnecting(let down): await service.linkChanged(.recognizer, down: down, token: token)
+                    case .speechActivity(let speaking): await service.speechActivity(speaking, token: token)
                     }
                 }
             } catch {
@@ -309,6 +446,25 @@ final class ActiveSession: Sendable {
             }
             await service.sessionEnded(token: token, captureError: captureOutcome.error, recognitionError: failure)
         }
+    }
+
+    /// Reopens capture until the sound server is back, the limit passes or the session closes.
+    private func reconnect() async -> Capture? {
+        let deadline = ContinuousClock.now + reconnectLimit
+        while ContinuousClock.now < deadline, !captureState.withLock({ $0.closing }) {
+            try? await Task.sleep(for: .milliseconds(200))
+            guard let capture = try? await reopen() else { continue }
+            let closing = captureState.withLock { state in
+                if !state.closing { state.capture = capture }
+                return state.closing
+            }
+            if closing {
+                capture.cancel()
+                return nil
+            }
+            return capture
+        }
+        return nil
     }
 }
 

@@ -54,7 +54,7 @@ extension Integration {
         }
 
         @Test func killingPulseAudioFailsTheSessionAndKeepsFinals() async throws {
-            let sttd = try await SttdFixture()
+            let sttd = try await SttdFixture(config: "microphone_reconnect_ms = 500\n")
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", [.vardict([])])
             try sttd.pulse.play(try LibriVox.recordings()[1].path)

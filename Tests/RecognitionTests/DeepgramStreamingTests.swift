@@ -22,6 +22,7 @@ func stream(
         case .result(let result) where result.isFinal: if !result.text.isEmpty { finals.append(result.text) }
         case .result(let result): interims.append(result.text)
         case .reconnecting(let down): reconnects.append(down)
+        case .speechActivity: break
         }
     }
     return (finals, interims, reconnects)
@@ -210,6 +211,7 @@ struct DeepgramStreamingTests {
                 switch event {
                 case .result(let result): finals.append(result.text)
                 case .reconnecting(let down): reconnecting.append(down)
+                case .speechActivity: break
                 }
             }
         }

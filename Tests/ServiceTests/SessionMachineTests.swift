@@ -54,16 +54,33 @@ struct SessionMachineTests {
         #expect(machine.handle(.closed) == [.reply(2, .stopped)])
     }
 
+    @Test func callsDuringStartingKeepTheirOrder() {
+        // Start, Toggle (= stop), Stop, Start, all before audio flows: the last Start wins.
+        var machine = Machine()
+        _ = machine.handle(.start(1, "a"))
+        #expect(machine.handle(.toggle(2, "b")).isEmpty)
+        #expect(machine.handle(.stop(3)).isEmpty)
+        #expect(machine.handle(.start(4, "c")).isEmpty)
+        #expect(machine.handle(.opened) == [.reply(1, .started), .close(flush: true)])
+        #expect(
+            machine.handle(.closed) == [
+                .reply(2, .toggled(listening: false)), .reply(3, .stopped), .open("c"),
+            ])
+        #expect(machine.handle(.opened) == [.reply(4, .started)])
+        #expect(machine.state == .listening)
+    }
+
     @Test func stopDuringAFailedStartStillAnswers() {
         var machine = Machine()
         _ = machine.handle(.start(1, "a"))
         _ = machine.handle(.stop(2))
-        _ = machine.handle(.toggle(3, "a"))
+        _ = machine.handle(.toggle(3, "a"))  // after a stop, a press means start again
         #expect(
             machine.handle(.openFailed(failure)) == [
-                .reply(1, .error(failure)), .recordFailure(failure, signal: false), .reply(2, .stopped),
-                .reply(3, .toggled(listening: false)),
+                .reply(1, .error(failure)), .recordFailure(failure, signal: false), .reply(2, .stopped), .open("a"),
             ])
+        #expect(machine.handle(.openFailed(failure)).first == .reply(3, .error(failure)))
+        #expect(machine.state == .idle)
     }
 
     @Test func toggleStartsAndStops() {

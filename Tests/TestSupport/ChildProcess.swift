@@ -1,4 +1,4 @@
-import CSpawn
+import CSttdSystem
 import Foundation
 
 /// A child process started with `posix_spawn`, with a clean signal mask.

@@ -3,6 +3,7 @@ import Foundation
 /// A prerequisite of a test is missing; the message names the setup step.
 public struct MissingPrerequisite: Error, CustomStringConvertible {
     public var description: String
+    public init(description: String) { self.description = description }
 }
 
 /// Finds a tool on PATH or fails loudly, naming the Debian package and `scripts/setup`.
@@ -201,10 +202,16 @@ public final class HeadlessPulse: @unchecked Sendable {
         process?.stop()
     }
 
-    /// Plays a sound file into the virtual microphone and waits until it has played.
-    public func play(_ file: String) throws {
+    /// Starts playing a sound file into the virtual microphone (or another sink) and returns at once.
+    public func startPlaying(_ file: String, device: String = "mic") throws -> ChildProcess {
         let paplay = try requireTool("paplay", package: "pulseaudio-utils")
-        let result = try run(paplay, ["--device=mic", file], environment: environmentForClients(), timeout: 120)
+        return try ChildProcess(paplay, ["--device=\(device)", file], environment: environmentForClients())
+    }
+
+    /// Plays a sound file into the virtual microphone (or another sink) and waits until it has played.
+    public func play(_ file: String, device: String = "mic") throws {
+        let paplay = try requireTool("paplay", package: "pulseaudio-utils")
+        let result = try run(paplay, ["--device=\(device)", file], environment: environmentForClients(), timeout: 120)
         guard result.status == 0 else {
             throw MissingPrerequisite(description: "paplay failed: \(result.stderr)")
         }
@@ -214,6 +221,17 @@ public final class HeadlessPulse: @unchecked Sendable {
         var env = ProcessInfo.processInfo.environment
         env.merge(clientEnvironment) { $1 }
         return env
+    }
+
+    /// Runs `pactl` against this server; returns its output.
+    @discardableResult
+    public func pactl(_ arguments: [String]) throws -> String {
+        let pactl = try requireTool("pactl", package: "pulseaudio-utils")
+        let result = try run(pactl, arguments, environment: environmentForClients(), timeout: 10)
+        guard result.status == 0 else {
+            throw MissingPrerequisite(description: "pactl \(arguments.joined(separator: " ")) failed: \(result.stderr)")
+        }
+        return result.stdout
     }
 
     private func pactlCommand(_ pactl: String, _ arguments: [String]) throws {

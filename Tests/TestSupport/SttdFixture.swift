@@ -17,8 +17,12 @@ public final class SttdFixture: @unchecked Sendable {
     public let environment: [String: String]
 
     /// Starts everything; `config` is written to the config file if given.
-    public init(config: String? = nil, environment extra: [String: String] = [:]) async throws {
+    /// `prepare` runs with the home folder before sttd starts (e.g. to seed its data).
+    public init(
+        config: String? = nil, environment extra: [String: String] = [:], prepare: (String) throws -> Void = { _ in }
+    ) async throws {
         home = try makeTemporaryDirectory("sttd-home")
+        try prepare(home)
         pulse = try HeadlessPulse()
         bus = try PrivateBus()
         var env = ProcessInfo.processInfo.environment
@@ -39,6 +43,9 @@ public final class SttdFixture: @unchecked Sendable {
         client = try await DBusConnection.connect(to: .address(bus.address))
         try await waitForService()
     }
+
+    /// Where this service keeps its history.
+    public var historyPath: String { "\(home)/data/sttd/history.sqlite" }
 
     /// The service's log so far.
     public var log: String { (try? String(contentsOfFile: "\(home)/sttd.log", encoding: .utf8)) ?? "" }

@@ -196,6 +196,7 @@ final class DeepgramSession: RecognitionSession {
         var connection: WebSocketConnection?
         var finishing = false
         var cancelled = false
+        var speaking = false
         var unknownTypesLogged = Set<String>()
     }
     private let state: Mutex<State>
@@ -356,6 +357,16 @@ final class DeepgramSession: RecognitionSession {
         }
     }
 
+    /// Reports speech activity on changes only: results with words start it (SpeechStarted needs
+    /// `vad_events`), `speech_final` and `UtteranceEnd` end it.
+    private func speaking(_ now: Bool) {
+        let changed = state.withLock { state in
+            defer { state.speaking = now }
+            return state.speaking != now
+        }
+        if changed { continuation.yield(.speechActivity(now)) }
+    }
+
     private func handle(_ text: String) {
         let message: DeepgramProtocol.ServerMessage
         do {
@@ -368,17 +379,26 @@ final class DeepgramSession: RecognitionSession {
         }
         switch message {
         case .results(let results):
+            if !results.transcript.isEmpty { speaking(true) }
             if results.isFinal {
-                let isNew = state.withLock { $0.ledger.acceptFinal(start: results.start, duration: results.duration) }
-                guard isNew else { return }
-                continuation.yield(.result(RecognitionResult(text: results.transcript, isFinal: true)))
+                let span = state.withLock { state -> (Double, Double)? in
+                    guard state.ledger.acceptFinal(start: results.start, duration: results.duration) else { return nil }
+                    return (state.ledger.sessionTime(results.start), state.ledger.sessionTime(results.end))
+                }
+                guard let (start, end) = span else { return }
+                continuation.yield(
+                    .result(
+                        RecognitionResult(text: results.transcript, isFinal: true, audioStart: start, audioEnd: end)))
             } else if options.interimResults, !results.transcript.isEmpty {
                 continuation.yield(.result(RecognitionResult(text: results.transcript, isFinal: false)))
             }
+            if results.speechFinal { speaking(false) }
         case .metadata(let requestID):
             logger.debug("stream metadata", metadata: ["request_id": "\(requestID ?? "")"])
-        case .utteranceEnd, .speechStarted:
-            break
+        case .speechStarted:
+            speaking(true)
+        case .utteranceEnd:
+            speaking(false)
         case .unknown(let type):
             let first = state.withLock { $0.unknownTypesLogged.insert(type).inserted }
             if first { logger.notice("ignoring unknown server message type", metadata: ["type": "\(type)"]) }

@@ -1,5 +1,5 @@
-#ifndef CSPAWN_H
-#define CSPAWN_H
+#ifndef CSYSTEM_H
+#define CSYSTEM_H
 
 #include <sys/types.h>
 
@@ -7,5 +7,9 @@
 /// closed, an empty signal mask and default signal dispositions. Returns 0 or an errno value.
 int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                const char *stdin_path, const char *stdout_path, const char *stderr_path);
+
+/// Makes glibc give freed memory back: two arenas, and a fixed mmap threshold so large buffers
+/// are unmapped when freed instead of staying in the heap.
+void sttd_limit_allocator_retention(void);
 
 #endif

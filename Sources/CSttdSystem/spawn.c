@@ -1,6 +1,6 @@
 // posix_spawn_file_actions_addclosefrom_np is a GNU extension (glibc 2.34).
 #define _GNU_SOURCE
-#include "cspawn.h"
+#include "csystem.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,0 +1,8 @@
+#include "csystem.h"
+
+#include <malloc.h>
+
+void sttd_limit_allocator_retention(void) {
+    mallopt(M_ARENA_MAX, 2);
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+}
