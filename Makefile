@@ -2,6 +2,7 @@
 #   make demo       dictate recorded speech through a virtual microphone (headless is fine)
 #   make test       install what the tests need, build, and run the whole suite
 #   make install    install for the current user (PREFIX=$(HOME)/.local)
+#   make bench      measure a release build; writes bench/results.json and bench/results.md
 
 PREFIX ?= $(HOME)/.local
 BINDIR ?= $(PREFIX)/bin
@@ -9,7 +10,7 @@ DATADIR ?= $(PREFIX)/share
 SYSTEMD_USER_DIR ?= $(HOME)/.config/systemd/user
 SWIFT ?= swift
 
-.PHONY: all build release setup test demo install uninstall clean
+.PHONY: all build release setup test demo bench install uninstall clean
 
 all: build
 
@@ -25,6 +26,11 @@ release: setup
 test: build
 	$(SWIFT) build --build-tests
 	SWIFT=$(SWIFT) scripts/run-tests
+
+# Benchmarks never fail on a number; they print the table and write bench/results.{json,md}.
+bench: release
+	scripts/bench-setup
+	STTD_BUILD_DIR=$(CURDIR)/.build/release scripts/test-env .build/release/sttd-bench
 
 demo: build
 	scripts/test-env scripts/demo .build/debug

@@ -94,6 +94,10 @@ let package = Package(
             ],
             path: "Tests/TestSupport",
             swiftSettings: strictness),
+        .executableTarget(
+            name: "sttd-bench", dependencies: ["DBus", "TestSupport"], path: "Benchmarks/sttd-bench",
+            swiftSettings: strictness),
+
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"], swiftSettings: strictness),
         .testTarget(
             name: "CaptureTests", dependencies: ["Capture", "TestSupport"], swiftSettings: strictness),

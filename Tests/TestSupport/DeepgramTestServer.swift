@@ -32,6 +32,9 @@ public final class DeepgramTestServer: Sendable {
         public var extraMessages: [String] = []
         /// Sends words as [word, start_ms, end_ms] arrays, as SubQ's docs show.
         public var tupleWords = false
+        /// For latency benchmarks: this many extra interims per audio frame, each with the
+        /// transcript `s<CLOCK_MONOTONIC nanoseconds at sending>`.
+        public var stampedInterimsPerFrame = 0
         public init() {}
     }
 
@@ -274,6 +277,7 @@ final class WebSocketServerHandler: ChannelInboundHandler {
                 return
             }
             emitResults(context, finalizeAll: false)
+            for _ in 0..<script.stampedInterimsPerFrame { sendStamped(context) }
         case .text:
             let text = payload.readString(length: payload.readableBytes) ?? ""
             let type =
@@ -336,6 +340,17 @@ final class WebSocketServerHandler: ChannelInboundHandler {
         send(
             context,
             #"{"type":"Results","channel_index":[0,1],"start":\#(start),"duration":\#(duration),"is_final":\#(isFinal),"speech_final":\#(isFinal && to == session.audio.count),"from_finalize":\#(fromFinalize),"channel":{"alternatives":[{"transcript":"\#(transcript)","confidence":0.9,"words":[\#(wordList)]}]},"metadata":{"request_id":"req-\#(session.index)"}}"#
+        )
+    }
+
+    private func sendStamped(_ context: ChannelHandlerContext) {
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        let stamp = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+        let start = Double(session.finalizedBytes) / 32_000
+        send(
+            context,
+            #"{"type":"Results","start":\#(start),"duration":0.05,"is_final":false,"speech_final":false,"channel":{"alternatives":[{"transcript":"s\#(stamp)","confidence":0.9,"words":[]}]}}"#
         )
     }
 

@@ -1,0 +1,150 @@
+import DBus
+import Foundation
+import TestSupport
+
+/// `make bench`: measures a release sttd in the real environment (private bus, headless
+/// PulseAudio, the loopback Deepgram-protocol server) and writes `bench/results.json` and
+/// `bench/results.md`. Numbers are reported, never asserted.
+@main
+enum Bench {
+    static func main() async {
+        let arguments = CommandLine.arguments.dropFirst()
+        if arguments.first == "subscribe" {
+            return await Subscriber.run(address: arguments.dropFirst().first ?? "", output: arguments.last ?? "")
+        }
+        let only = Set(arguments.compactMap(Int.init))
+        var rows: [Row] = []
+        for (number, benchmark) in Benchmarks.all.enumerated() where only.isEmpty || only.contains(number + 1) {
+            print("bench \(number + 1): \(benchmark.name)…")
+            do {
+                let row = try await benchmark.run()
+                print("  \(row.result)")
+                rows.append(row)
+            } catch {
+                print("  failed: \(error)")
+                rows.append(
+                    Row(number: number + 1, name: benchmark.name, result: "failed: \(error)", aim: "", values: [:]))
+            }
+        }
+        do {
+            try Report.write(rows, machine: Machine.describe())
+        } catch {
+            print("cannot write the report: \(error)")
+        }
+    }
+}
+
+/// One line of the results table.
+struct Row: Sendable {
+    var number: Int
+    var name: String
+    var result: String
+    var aim: String
+    var anchor = ""
+    var values: [String: Double]
+}
+
+/// Process figures from /proc.
+struct ProcessSample {
+    var cpuSeconds: Double
+    var contextSwitches: Int
+    var rssKB: Int
+    var peakRSSKB: Int
+
+    init(pid: pid_t) throws {
+        guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
+            let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+        else { throw BenchError("process \(pid) is gone") }
+        // Fields after the command name (which may contain spaces) start at ") ".
+        let fields = stat[stat.range(of: ") ")!.upperBound...].split(separator: " ")
+        let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
+        cpuSeconds = (Double(fields[11])! + Double(fields[12])!) / ticks
+        func value(_ key: String) -> Int {
+            let line = status.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
+            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
+        }
+        contextSwitches = value("voluntary_ctxt_switches") + value("nonvoluntary_ctxt_switches")
+        rssKB = value("VmRSS")
+        peakRSSKB = value("VmHWM")
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// CPU seconds used by reaped children of this process.
+func childrenCPUSeconds() -> Double {
+    var usage = rusage()
+    getrusage(__rusage_who_t(RUSAGE_CHILDREN.rawValue), &usage)
+    return Double(usage.ru_utime.tv_sec) + Double(usage.ru_utime.tv_usec) / 1e6 + Double(usage.ru_stime.tv_sec)
+        + Double(usage.ru_stime.tv_usec) / 1e6
+}
+
+/// The nearest-rank percentile.
+func percentile(_ values: [Double], _ p: Double) -> Double {
+    guard !values.isEmpty else { return .nan }
+    let rank = Int((p / 100 * Double(values.count)).rounded(.up))
+    return values.sorted()[min(max(rank, 1), values.count) - 1]
+}
+
+func milliseconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15
+}
+
+func format(_ value: Double, _ digits: Int = 2) -> String { String(format: "%.\(digits)f", value) }
+
+/// The config of an sttd streaming to a loopback test server.
+func streamingConfig(_ server: DeepgramTestServer) -> String {
+    """
+    backend = "deepgram"
+    [deepgram]
+    url = "\(server.url())"
+    """
+}
+
+enum Machine {
+    static func describe() -> String {
+        let cpu =
+            (try? String(contentsOfFile: "/proc/cpuinfo", encoding: .utf8))?.split(separator: "\n")
+            .first { $0.hasPrefix("model name") }?.split(separator: ":").last?.trimmingCharacters(in: .whitespaces)
+            ?? "unknown CPU"
+        let memory =
+            (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8))?.split(separator: "\n").first?
+            .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 0
+        let os =
+            (try? String(contentsOfFile: "/etc/os-release", encoding: .utf8))?.split(separator: "\n")
+            .first { $0.hasPrefix("PRETTY_NAME=") }?.dropFirst(12).trimmingCharacters(
+                in: CharacterSet(charactersIn: "\""))
+            ?? "Linux"
+        return "\(cpu), \(ProcessInfo.processInfo.activeProcessorCount) cores, \(memory / 1024 / 1024) GB RAM, \(os)"
+    }
+}
+
+enum Report {
+    static func write(_ rows: [Row], machine: String) throws {
+        let directory = "bench"
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        let build = URL(fileURLWithPath: buildDirectory).lastPathComponent
+        var table = "Measured on \(machine), \(ISO8601DateFormatter().string(from: Date())), \(build) build.\n\n"
+        table += "| # | benchmark | sttd | anchor (same run) | aim |\n|---|---|---|---|---|\n"
+        for row in rows {
+            table +=
+                "| \(row.number) | \(row.name) | \(row.result) | \(row.anchor.isEmpty ? "—" : row.anchor) | \(row.aim) |\n"
+        }
+        try table.write(toFile: "\(directory)/results.md", atomically: true, encoding: .utf8)
+        let json: [String: Any] = [
+            "machine": machine, "date": ISO8601DateFormatter().string(from: Date()),
+            "rows": rows.map { row in
+                [
+                    "number": row.number, "name": row.name, "result": row.result, "anchor": row.anchor,
+                    "aim": row.aim, "values": row.values,
+                ] as [String: Any]
+            },
+        ]
+        let data = try JSONSerialization.data(withJSONObject: json, options: [.prettyPrinted, .sortedKeys])
+        try data.write(to: URL(fileURLWithPath: "\(directory)/results.json"))
+        print("\n" + table)
+    }
+}

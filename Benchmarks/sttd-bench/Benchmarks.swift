@@ -1,0 +1,381 @@
+import DBus
+import Foundation
+import Synchronization
+import TestSupport
+
+/// One benchmark of the table.
+struct Benchmark: Sendable {
+    var name: String
+    var run: @Sendable () async throws -> Row
+}
+
+enum Benchmarks {
+    static let all: [Benchmark] = [
+        Benchmark(name: "added latency", run: addedLatency),
+        Benchmark(name: "stop completeness", run: stopCompleteness),
+        Benchmark(name: "CPU while streaming", run: streamingCPU),
+        Benchmark(name: "offline engine cost", run: offlineEngine),
+        Benchmark(name: "idle", run: idle),
+        Benchmark(name: "memory while listening", run: memoryWhileListening),
+        Benchmark(name: "start latency", run: startLatency),
+        Benchmark(name: "activation", run: activation),
+    ]
+
+    /// Peak RSS in kB seen in benchmarks 3 (remote) and 4 (local), for row 6.
+    static let peakRSS = Mutex<(remote: Int?, local: Int?)>((nil, nil))
+
+    static func streamingService(_ server: DeepgramTestServer) async throws -> SttdFixture {
+        try await SttdFixture(
+            config: streamingConfig(server), environment: ["STTD_API_KEY": server.script.key, "STTD_LOG_LEVEL": "info"])
+    }
+
+    static func localService() async throws -> SttdFixture {
+        let sttd = try await SttdFixture(environment: ["STTD_LOG_LEVEL": "info"])
+        for _ in 0..<100 where !sttd.log.contains("offline model loaded") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        return sttd
+    }
+
+    static func recordings() throws -> [(path: String, seconds: Double, reference: [String])] {
+        try LibriVox.recordings().map { ($0.path, Double(try wavSamples($0.path).count) / 16_000, $0.reference) }
+    }
+
+    // 1
+    static func addedLatency() async throws -> Row {
+        var script = DeepgramTestServer.Script()
+        script.stampedInterimsPerFrame = 4
+        let server = try await DeepgramTestServer(script: script)
+        let sttd = try await streamingService(server)
+        let output = "\(sttd.home)/stamps.txt"
+        let subscriber = try ChildProcess(
+            CommandLine.arguments[0], ["subscribe", sttd.bus.address, output], environment: nil)
+        try await Task.sleep(for: .milliseconds(500))
+        try await sttd.call("StartTranscribing", [.vardict([])])
+        let files = try recordings()
+        var received = 0
+        var index = 0
+        while received < 2_200 {
+            try sttd.pulse.play(files[index % files.count].path)
+            index += 1
+            received = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n").count ?? 0
+        }
+        _ = try await sttd.call("StopTranscribing")
+        subscriber.stop()
+        let latencies = try String(contentsOfFile: output, encoding: .utf8).split(separator: "\n").compactMap {
+            line -> Double? in
+            let parts = line.split(separator: " ")
+            guard parts.count == 2, parts[1].hasPrefix("s"), let received = Int64(parts[0]),
+                let sent = Int64(parts[1].dropFirst())
+            else { return nil }
+            return Double(received - sent) / 1e6
+        }
+        let (p50, p99, worst) = (percentile(latencies, 50), percentile(latencies, 99), latencies.max() ?? .nan)
+        return Row(
+            number: 1, name: "added latency (server send → subscriber receive, \(latencies.count) results)",
+            result: "p50 \(format(p50)) ms, p99 \(format(p99)) ms, max \(format(worst)) ms", aim: "p99 ≤ 1 ms",
+            values: ["results": Double(latencies.count), "p50_ms": p50, "p99_ms": p99, "max_ms": worst])
+    }
+
+    // 2
+    static func stopCompleteness() async throws -> Row {
+        let server = try await DeepgramTestServer()
+        let sttd = try await streamingService(server)
+        let files = try recordings()
+        var missing = 0
+        var words = 0
+        let trials = 100
+        for trial in 0..<trials {
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            let player = try sttd.pulse.startPlaying(files[trial % files.count].path)
+            try await Task.sleep(for: .milliseconds(Int.random(in: 300...3_000)))
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            player.stop()
+            let produced = server.connections.last?.finalsSent.joined(separator: " ").split(separator: " ") ?? []
+            var said = reply.split(separator: " ")
+            for word in produced {
+                words += 1
+                if let found = said.firstIndex(of: word) { said.remove(at: found) } else { missing += 1 }
+            }
+        }
+        return Row(
+            number: 2, name: "stop completeness (\(trials) random stops)",
+            result: "\(missing) of \(words) words missing", aim: "0 missing",
+            values: ["trials": Double(trials), "words": Double(words), "missing": Double(missing)])
+    }
+
+    // 3
+    static func streamingCPU() async throws -> Row {
+        let server = try await DeepgramTestServer()
+        let sttd = try await streamingService(server)
+        let files = try recordings()
+        let before = try ProcessSample(pid: sttd.sttd.pid)
+        try await sttd.call("StartTranscribing", [.vardict([])])
+        var seconds = 0.0
+        var index = 0
+        while seconds < 60 {
+            try sttd.pulse.play(files[index % files.count].path)
+            seconds += files[index % files.count].seconds
+            index += 1
+        }
+        _ = try await sttd.call("StopTranscribing")
+        let after = try ProcessSample(pid: sttd.sttd.pid)
+        peakRSS.withLock { $0.remote = after.peakRSSKB }
+        let perMinute = (after.cpuSeconds - before.cpuSeconds) / seconds * 60
+        var row = Row(
+            number: 3, name: "CPU while streaming (\(format(seconds, 0)) s of speech to the loopback server)",
+            result: "\(format(perMinute, 3)) CPU-s per minute", aim: "≤ 1/5 of the anchor",
+            values: ["cpu_seconds_per_minute": perMinute, "audio_seconds": seconds])
+        if let anchor = try? Anchor.deepgramSDK(server: server, pulse: sttd.pulse, files: files, seconds: seconds) {
+            row.anchor =
+                "Deepgram Python SDK + parec: \(format(anchor, 3)) CPU-s per minute (sttd = \(format(perMinute / anchor * 100, 1)) %)"
+            row.values["anchor_cpu_seconds_per_minute"] = anchor
+        } else {
+            row.anchor = "Deepgram Python SDK could not run (see bench log)"
+        }
+        return row
+    }
+
+    // 4
+    static func offlineEngine() async throws -> Row {
+        let reference = try requireTool("pocketsphinx_continuous", package: "pocketsphinx")
+        let sttd = try await localService()
+        let files = try recordings()
+        let before = try ProcessSample(pid: sttd.sttd.pid)
+        var ours: [String] = []
+        for file in files {
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            try sttd.pulse.play(file.path)
+            await recorder.wait(timeout: .seconds(3)) { signals in
+                signals.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
+            }
+            ours.append(try await sttd.call("StopTranscribing").first?.string ?? "")
+        }
+        let after = try ProcessSample(pid: sttd.sttd.pid)
+        peakRSS.withLock { $0.local = after.peakRSSKB }
+        let audio = files.reduce(0) { $0 + $1.seconds }
+
+        var theirs: [String] = []
+        let cpuBefore = childrenCPUSeconds()
+        for file in files {
+            theirs.append(try run(reference, ["-infile", file.path, "-logfn", "/dev/null"]).stdout)
+        }
+        let theirCPU = childrenCPUSeconds() - cpuBefore
+        // The reference loads the model for every file; sttd loads it once at startup.
+        let silence = "\(sttd.home)/silence.wav"
+        try writeSilence(to: silence, seconds: 0.2)
+        let loadBefore = childrenCPUSeconds()
+        try run(reference, ["-infile", silence, "-logfn", "/dev/null"])
+        let load = childrenCPUSeconds() - loadBefore
+        let theirDecode = max(theirCPU - load * Double(files.count), 0.001)
+
+        func wer(_ texts: [String]) -> Double {
+            var errors = 0.0
+            var count = 0
+            for (text, file) in zip(texts, files) {
+                errors +=
+                    wordErrorRate(reference: file.reference, hypothesis: normalizedWords(text))
+                    * Double(file.reference.count) / 100
+                count += file.reference.count
+            }
+            return errors / Double(count) * 100
+        }
+        let ourRate = (after.cpuSeconds - before.cpuSeconds) / audio
+        let theirRate = theirDecode / audio
+        return Row(
+            number: 4, name: "offline engine cost (5 LibriVox files, \(format(audio, 1)) s)",
+            result: "\(format(ourRate, 3)) CPU-s per audio s, WER \(format(wer(ours), 2)) %",
+            aim: "CPU ≤ 1.02× anchor, WER equal",
+            anchor:
+                "pocketsphinx_continuous -infile: \(format(theirRate, 3)) CPU-s per audio s without its 5 model loads (\(format(theirCPU / audio, 3)) with), WER \(format(wer(theirs), 2)) %; sttd = \(format(ourRate / theirRate, 2))×",
+            values: [
+                "cpu_per_audio_second": ourRate, "anchor_cpu_per_audio_second": theirRate,
+                "anchor_cpu_per_audio_second_with_loads": theirCPU / audio, "wer": wer(ours), "anchor_wer": wer(theirs),
+            ])
+    }
+
+    // 5
+    static func idle() async throws -> Row {
+        let server = try await DeepgramTestServer()
+        let sttd = try await streamingService(server)
+        try await Task.sleep(for: .seconds(2))
+        let before = try ProcessSample(pid: sttd.sttd.pid)
+        try await Task.sleep(for: .seconds(60))
+        let after = try ProcessSample(pid: sttd.sttd.pid)
+        let cpu = (after.cpuSeconds - before.cpuSeconds) * 1000
+        let wakeups = after.contextSwitches - before.contextSwitches
+        return Row(
+            number: 5, name: "idle 60 s (deepgram backend configured)",
+            result:
+                "\(format(cpu, 0)) ms CPU, \(wakeups) context switches, RSS \(format(Double(after.rssKB) / 1024, 1)) MB",
+            aim: "≤ 1 ms CPU/min, ≤ 15 MB",
+            values: [
+                "cpu_ms_per_minute": cpu, "context_switches": Double(wakeups), "rss_mb": Double(after.rssKB) / 1024,
+            ])
+    }
+
+    // 6
+    static func memoryWhileListening() async throws -> Row {
+        let peaks = peakRSS.withLock { $0 }
+        let remote = peaks.remote.map { format(Double($0) / 1024, 1) + " MB" } ?? "(run 3)"
+        let local = peaks.local.map { format(Double($0) / 1024, 1) + " MB" } ?? "(run 4)"
+        return Row(
+            number: 6, name: "peak RSS while listening", result: "remote \(remote), local \(local) (model ~108 MB)",
+            aim: "≤ 25 MB remote",
+            values: [
+                "remote_peak_rss_mb": Double(peaks.remote ?? 0) / 1024,
+                "local_peak_rss_mb": Double(peaks.local ?? 0) / 1024,
+            ])
+    }
+
+    // 7
+    static func startLatency() async throws -> Row {
+        func measure(_ sttd: SttdFixture) async throws -> [Double] {
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            _ = try await sttd.call("StopTranscribing")
+            var samples: [Double] = []
+            for _ in 0..<100 {
+                let started = ContinuousClock.now
+                try await sttd.call("StartTranscribing", [.vardict([])])
+                samples.append(milliseconds(ContinuousClock.now - started))
+                _ = try await sttd.call("StopTranscribing")
+            }
+            return samples
+        }
+        let offline = try await measure(try await localService())
+        let server = try await DeepgramTestServer()
+        let remote = try await measure(try await streamingService(server))
+        return Row(
+            number: 7, name: "start latency (100 StartTranscribing calls, call → reply)",
+            result:
+                "offline p50 \(format(percentile(offline, 50))) ms, p99 \(format(percentile(offline, 99))) ms; remote (loopback) p50 \(format(percentile(remote, 50))) ms, p99 \(format(percentile(remote, 99))) ms",
+            aim: "≤ 30 ms offline",
+            values: [
+                "offline_p50_ms": percentile(offline, 50), "offline_p99_ms": percentile(offline, 99),
+                "remote_p50_ms": percentile(remote, 50), "remote_p99_ms": percentile(remote, 99),
+            ])
+    }
+
+    // 8
+    static func activation() async throws -> Row {
+        let services = try makeTemporaryDirectory("sttd-bench-services")
+        let home = try makeTemporaryDirectory("sttd-bench-home")
+        defer {
+            try? FileManager.default.removeItem(atPath: services)
+            try? FileManager.default.removeItem(atPath: home)
+        }
+        try """
+        [D-BUS Service]
+        Name=io.github.sttd.Speech1
+        Exec=\(try builtExecutable("sttd"))
+        """.write(toFile: "\(services)/io.github.sttd.Speech1.service", atomically: true, encoding: .utf8)
+        let pulse = try HeadlessPulse()
+        var environment = pulse.environmentForClients()
+        environment["HOME"] = home
+        environment["XDG_CONFIG_HOME"] = "\(home)/config"
+        environment["XDG_DATA_HOME"] = "\(home)/data"
+        let bus = try PrivateBus(serviceDirectory: services, environment: environment)
+        defer { bus.stop() }
+        let client = try await DBusConnection.connect(to: .address(bus.address))
+        func busCall(_ member: String, _ arguments: [DBusValue]) async throws -> [DBusValue] {
+            try await client.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: member, arguments: arguments, timeout: .seconds(30))
+        }
+        var samples: [Double] = []
+        for _ in 0..<20 {
+            let started = ContinuousClock.now
+            _ = try await busCall("StartServiceByName", [.string("io.github.sttd.Speech1"), .uint32(0)])
+            samples.append(milliseconds(ContinuousClock.now - started))
+            let owner = try await busCall("GetConnectionUnixProcessID", [.string("io.github.sttd.Speech1")])
+            if let pid = owner.first?.uint32 { kill(pid_t(pid), SIGTERM) }
+            for _ in 0..<200 {
+                let owned = try await busCall("NameHasOwner", [.string("io.github.sttd.Speech1")])
+                if owned.first?.boolean != true { break }
+                try await Task.sleep(for: .milliseconds(10))
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        client.close()
+        return Row(
+            number: 8, name: "bus activation from cold (20 times, request → name owned)",
+            result: "p50 \(format(percentile(samples, 50))) ms, max \(format(samples.max() ?? .nan)) ms",
+            aim: "≤ 100 ms", values: ["p50_ms": percentile(samples, 50), "max_ms": samples.max() ?? .nan])
+    }
+
+    static func writeSilence(to path: String, seconds: Double) throws {
+        let samples = Int(seconds * 16_000)
+        var data = Data("RIFF".utf8)
+        func append<T: FixedWidthInteger>(_ value: T) {
+            withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) }
+        }
+        append(UInt32(36 + samples * 2))
+        data.append(contentsOf: Array("WAVEfmt ".utf8))
+        append(UInt32(16)); append(UInt16(1)); append(UInt16(1)); append(UInt32(16_000)); append(UInt32(32_000))
+        append(UInt16(2)); append(UInt16(16))
+        data.append(contentsOf: Array("data".utf8))
+        append(UInt32(samples * 2))
+        data.append(Data(count: samples * 2))
+        try data.write(to: URL(fileURLWithPath: path))
+    }
+}
+
+/// The latency subscriber: a separate process that stamps each `TranscriptChanged` on arrival.
+enum Subscriber {
+    static func run(address: String, output: String) async {
+        guard let connection = try? await DBusConnection.connect(to: .address(address)),
+            let signals = try? await connection.signals(sender: SttdFixture.name, path: SttdFixture.path)
+        else { return }
+        var lines = ""
+        var count = 0
+        for await signal in signals where signal.member == "TranscriptChanged" {
+            var now = timespec()
+            clock_gettime(CLOCK_MONOTONIC, &now)
+            let stamp = Int64(now.tv_sec) * 1_000_000_000 + Int64(now.tv_nsec)
+            lines += "\(stamp) \(signal.arguments.count > 1 ? signal.arguments[1].string ?? "" : "")\n"
+            count += 1
+            if count % 50 == 0 { try? lines.write(toFile: output, atomically: true, encoding: .utf8) }
+        }
+    }
+}
+
+/// Deepgram's Python SDK as the anchor of benchmark 3, in a virtual environment of its own.
+enum Anchor {
+    static let venv = ".build/bench-venv"
+
+    /// CPU seconds per minute of the SDK client pipeline (parec | python) streaming `seconds`
+    /// of the same recordings to the same server.
+    static func deepgramSDK(
+        server: DeepgramTestServer, pulse: HeadlessPulse, files: [(path: String, seconds: Double, reference: [String])],
+        seconds: Double
+    ) throws -> Double {
+        let python = "\(venv)/bin/python"
+        guard FileManager.default.isExecutableFile(atPath: python) else {
+            throw BenchError(
+                "\(python) is missing: `make bench` creates it (python3 -m venv; pip install deepgram-sdk)")
+        }
+        let parec = try requireTool("parec", package: "pulseaudio-utils")
+        let base = "ws://127.0.0.1:\(server.port)"
+        let pipeline =
+            "\(parec) --device=mic.monitor --format=s16le --rate=16000 --channels=1 --latency-msec=50 | \(python) bench/anchor_deepgram_sdk.py \(base) \(server.script.key) \(Int(seconds) + 1)"
+        let before = childrenCPUSeconds()
+        let client = try ChildProcess("/bin/sh", ["-c", pipeline], environment: pulse.environmentForClients())
+        var played = 0.0
+        var index = 0
+        // paplay runs are reaped children too: their CPU is measured apart and left out.
+        var playerCPU = 0.0
+        while played < seconds {
+            let start = childrenCPUSeconds()
+            try pulse.play(files[index % files.count].path)
+            playerCPU += childrenCPUSeconds() - start
+            played += files[index % files.count].seconds
+            index += 1
+        }
+        guard client.wait(timeout: 60) == 0 else {
+            client.stop()
+            throw BenchError("the SDK client failed")
+        }
+        return (childrenCPUSeconds() - before - playerCPU) / played * 60
+    }
+}
