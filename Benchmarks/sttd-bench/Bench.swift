@@ -63,7 +63,18 @@ struct ProcessSample {
             let line = status.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
             return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
         }
-        contextSwitches = value("voluntary_ctxt_switches") + value("nonvoluntary_ctxt_switches")
+        // /proc/PID/status counts the main thread only; wake-ups happen on every thread.
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        contextSwitches = tasks.reduce(0) { total, task in
+            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+            return total
+                + ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"].reduce(0) { sum, key in
+                    let line = text.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
+                    return sum
+                        + (Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0")
+                            ?? 0)
+                }
+        }
         rssKB = value("VmRSS")
         peakRSSKB = value("VmHWM")
     }

@@ -252,7 +252,7 @@ public actor SpeechService {
         let limit = Duration.milliseconds(Int(configuration.stopTimeoutMilliseconds))
         Task {
             try? await Task.sleep(for: limit)
-            await self.stopTimedOut(token: token)
+            self.stopTimedOut(token: token)
         }
     }
 

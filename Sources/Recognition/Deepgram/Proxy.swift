@@ -67,9 +67,11 @@ public struct ProxySettings: Sendable, Equatable {
             try pipeline.addHandler(
                 NIOHTTP1ProxyConnectHandler(
                     targetHost: host, targetPort: port, headers: [:], deadline: deadline, promise: established))
+            // The handlers are only touched on the channel's event loop, where these run.
+            let handlers = NIOLoopBound((encoder, decoder), eventLoop: channel.eventLoop)
             return established.futureResult.flatMap {
-                channel.pipeline.syncOperations.removeHandler(encoder).flatMap {
-                    channel.pipeline.syncOperations.removeHandler(decoder)
+                channel.pipeline.syncOperations.removeHandler(handlers.value.0).flatMap {
+                    channel.pipeline.syncOperations.removeHandler(handlers.value.1)
                 }
             }
         case .socks5:
@@ -79,9 +81,10 @@ public struct ProxySettings: Sendable, Equatable {
             let timeout = channel.eventLoop.scheduleTask(deadline: deadline) {
                 established.fail(WebSocketError("the SOCKS proxy did not open a tunnel in time"))
             }
+            let boundWatcher = NIOLoopBound(watcher, eventLoop: channel.eventLoop)
             return established.futureResult.flatMap {
                 timeout.cancel()
-                return channel.pipeline.syncOperations.removeHandler(watcher)
+                return channel.pipeline.syncOperations.removeHandler(boundWatcher.value)
             }
         }
     }

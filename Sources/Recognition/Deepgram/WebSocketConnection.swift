@@ -98,7 +98,7 @@ public final class WebSocketConnection: Sendable {
         // not observe task cancellation, so the race is settled by whichever resumes first.)
         let outcome: UpgradeOutcome = try await withCheckedThrowingContinuation { continuation in
             let pending = Mutex<CheckedContinuation<UpgradeOutcome, any Error>?>(continuation)
-            let take = {
+            let take: @Sendable () -> CheckedContinuation<UpgradeOutcome, any Error>? = {
                 pending.withLock { current -> CheckedContinuation<UpgradeOutcome, any Error>? in
                     defer { current = nil }
                     return current
