@@ -46,7 +46,10 @@ struct Row: Sendable {
 
 /// Process figures from /proc.
 struct ProcessSample {
+    /// CPU time of the process, threads that ended included (tick resolution).
     var cpuSeconds: Double
+    /// Run time of the threads alive now, to the nanosecond.
+    var liveThreadsRunSeconds: Double
     var contextSwitches: Int
     var rssKB: Int
     var peakRSSKB: Int
@@ -59,6 +62,14 @@ struct ProcessSample {
         let fields = stat[stat.range(of: ") ")!.upperBound...].split(separator: " ")
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         cpuSeconds = (Double(fields[11])! + Double(fields[12])!) / ticks
+        // utime/stime are tick-sampled and rescaled (they can show 10 ms where nothing ran);
+        // each live thread's schedstat has its run time in nanoseconds.
+        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+        liveThreadsRunSeconds =
+            tasks.reduce(0.0) { total, task in
+                let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? ""
+                return total + (Double(text.split(separator: " ").first ?? "0") ?? 0)
+            } / 1e9
         func value(_ key: String) -> Int {
             let line = status.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
             return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
