@@ -75,7 +75,6 @@ struct ProcessSample {
             return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
         }
         // /proc/PID/status counts the main thread only; wake-ups happen on every thread.
-        let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
         contextSwitches = tasks.reduce(0) { total, task in
             let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
             return total
