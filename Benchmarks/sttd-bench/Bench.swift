@@ -48,8 +48,15 @@ struct Row: Sendable {
 struct ProcessSample {
     /// CPU time of the process, threads that ended included (tick resolution).
     var cpuSeconds: Double
-    /// Run time of the threads alive now, to the nanosecond.
-    var liveThreadsRunSeconds: Double
+    /// Run time of each live thread (by thread id), to the nanosecond.
+    var threadRunSeconds: [String: Double]
+
+    /// Run time since `earlier` of the threads alive now (a thread that ended in between is not
+    /// counted; its context switches are not either).
+    func runSeconds(since earlier: ProcessSample) -> Double {
+        threadRunSeconds.reduce(0) { total, thread in total + thread.value - (earlier.threadRunSeconds[thread.key] ?? 0)
+        }
+    }
     var contextSwitches: Int
     var rssKB: Int
     var peakRSSKB: Int
@@ -65,11 +72,11 @@ struct ProcessSample {
         // utime/stime are tick-sampled and rescaled (they can show 10 ms where nothing ran);
         // each live thread's schedstat has its run time in nanoseconds.
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
-        liveThreadsRunSeconds =
-            tasks.reduce(0.0) { total, task in
+        threadRunSeconds = Dictionary(
+            uniqueKeysWithValues: tasks.map { task in
                 let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/schedstat", encoding: .utf8)) ?? ""
-                return total + (Double(text.split(separator: " ").first ?? "0") ?? 0)
-            } / 1e9
+                return (task, (Double(text.split(separator: " ").first ?? "0") ?? 0) / 1e9)
+            })
         func value(_ key: String) -> Int {
             let line = status.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
             return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
@@ -144,8 +151,26 @@ enum Machine {
 }
 
 enum Report {
-    static func write(_ rows: [Row], machine: String) throws {
+    static func write(_ measured: [Row], machine: String) throws {
         let directory = "bench"
+        // A run of some benchmarks keeps the other rows of the last report.
+        var rows = measured
+        if let data = FileManager.default.contents(atPath: "\(directory)/results.json"),
+            let old = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any],
+            let oldRows = old["rows"] as? [[String: Any]]
+        {
+            for row in oldRows {
+                guard let number = row["number"] as? Int, !measured.contains(where: { $0.number == number }) else {
+                    continue
+                }
+                rows.append(
+                    Row(
+                        number: number, name: row["name"] as? String ?? "", result: row["result"] as? String ?? "",
+                        aim: row["aim"] as? String ?? "", anchor: row["anchor"] as? String ?? "",
+                        values: row["values"] as? [String: Double] ?? [:]))
+            }
+            rows.sort { $0.number < $1.number }
+        }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         let build = URL(fileURLWithPath: buildDirectory).lastPathComponent
         var table = "Measured on \(machine), \(ISO8601DateFormatter().string(from: Date())), \(build) build.\n\n"

@@ -203,7 +203,7 @@ enum Benchmarks {
         let before = try ProcessSample(pid: sttd.sttd.pid)
         try await Task.sleep(for: .seconds(60))
         let after = try ProcessSample(pid: sttd.sttd.pid)
-        let cpu = (after.liveThreadsRunSeconds - before.liveThreadsRunSeconds) * 1000
+        let cpu = after.runSeconds(since: before) * 1000
         let wakeups = after.contextSwitches - before.contextSwitches
         return Row(
             number: 5, name: "idle 60 s (deepgram backend configured)",
