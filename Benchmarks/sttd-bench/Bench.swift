@@ -79,7 +79,7 @@ struct ProcessSample {
             })
         func value(_ key: String) -> Int {
             let line = status.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
-            return Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0") ?? 0
+            return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0
         }
         // /proc/PID/status counts the main thread only; wake-ups happen on every thread.
         contextSwitches = tasks.reduce(0) { total, task in
@@ -88,7 +88,7 @@ struct ProcessSample {
                 + ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"].reduce(0) { sum, key in
                     let line = text.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
                     return sum
-                        + (Int(line.split(separator: " ", omittingEmptySubsequences: true).dropFirst().first ?? "0")
+                        + (Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0")
                             ?? 0)
                 }
         }
@@ -140,7 +140,7 @@ enum Machine {
             ?? "unknown CPU"
         let memory =
             (try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8))?.split(separator: "\n").first?
-            .split(separator: " ", omittingEmptySubsequences: true).dropFirst().first.flatMap { Int($0) } ?? 0
+            .split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first.flatMap { Int($0) } ?? 0
         let os =
             (try? String(contentsOfFile: "/etc/os-release", encoding: .utf8))?.split(separator: "\n")
             .first { $0.hasPrefix("PRETTY_NAME=") }?.dropFirst(12).trimmingCharacters(

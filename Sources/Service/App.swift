@@ -175,15 +175,9 @@ struct SpeechRunner: Service {
 
     func run() async throws {
         await service.prepare()
-        // Pruned at startup already (before the name is owned); then daily.
-        while !Task.isShuttingDownGracefully {
-            do {
-                try await cancelWhenGracefulShutdown { try await Task.sleep(for: .seconds(86_400)) }
-            } catch {
-                break
-            }
-            await service.pruneHistory()
-        }
+        // No timers while idle: on Linux any pending Task.sleep wakes libdispatch's manager
+        // thread every second. History is pruned at startup and after sessions, once a day.
+        try? await gracefulShutdown()
         await service.shutdown()
     }
 }

@@ -24,6 +24,7 @@ public actor SpeechService {
     private var speaking = false
     /// The running session's history row, if history is kept and the row could be written.
     private var historyID: String?
+    private var lastPruned = ContinuousClock.now
 
     private let configuration: Configuration
     private let localRecognizer: PocketSphinxRecognizer
@@ -128,9 +129,12 @@ public actor SpeechService {
         }
     }
 
-    /// Deletes sessions older than `history_days` (if set).
-    public func pruneHistory() {
-        guard let history, configuration.historyDays > 0 else { return }
+    /// Deletes sessions older than `history_days` (if set), at most once a day (startup pruned already).
+    private func pruneHistoryDaily() {
+        guard let history, configuration.historyDays > 0, ContinuousClock.now - lastPruned > .seconds(86_400) else {
+            return
+        }
+        lastPruned = .now
         do {
             let pruned = try history.prune(startedBefore: SttdApp.historyCutoff(days: configuration.historyDays))
             if pruned > 0 { logger.info("pruned history", metadata: ["sessions": "\(pruned)"]) }
@@ -344,6 +348,7 @@ public actor SpeechService {
         ended.cancelCapture()
         setSpeaking(false)
         endHistory()
+        pruneHistoryDaily()
         if let captureError {
             object?.setProperty("MicrophoneStatus", .string(Self.microphoneStatus(for: captureError)))
             return handle(.failed(SpeechError(captureError)))

@@ -2,6 +2,7 @@ import DBus
 import Foundation
 import Logging
 import ServiceLifecycle
+import Synchronization
 
 /// `sd_notify` without libsystemd: one datagram per message to `$NOTIFY_SOCKET`.
 public struct SystemdNotifier: Sendable {
@@ -66,13 +67,28 @@ struct SystemdService: Service {
         }
         notifier.notify("READY=1\nSTATUS=Serving \(SpeechBus.name)")
         if let interval = watchdogInterval {
-            while !Task.isShuttingDownGracefully {
-                if await isAlive() { notifier.notify("WATCHDOG=1") }
-                do {
-                    try await cancelWhenGracefulShutdown { try await Task.sleep(for: interval) }
-                } catch {
-                    break
+            // The period comes from a thread of its own: a pending Task.sleep would wake
+            // libdispatch's manager thread every second.
+            let stopped = Atomic<Bool>(false)
+            let ticks = AsyncStream<Void> { continuation in
+                let thread = Thread {
+                    while !stopped.load(ordering: .relaxed) {
+                        continuation.yield()
+                        Thread.sleep(
+                            forTimeInterval: Double(interval.components.seconds) + Double(
+                                interval.components.attoseconds) / 1e18)
+                    }
+                    continuation.finish()
                 }
+                thread.name = "watchdog"
+                thread.start()
+            }
+            await withGracefulShutdownHandler {
+                for await _ in ticks.cancelOnGracefulShutdown() {
+                    if await isAlive() { notifier.notify("WATCHDOG=1") }
+                }
+            } onGracefulShutdown: {
+                stopped.store(true, ordering: .relaxed)
             }
         } else {
             try? await gracefulShutdown()
