@@ -271,10 +271,7 @@ enum Benchmarks {
         Exec=\(try builtExecutable("sttd"))
         """.write(toFile: "\(services)/io.github.sttd.Speech1.service", atomically: true, encoding: .utf8)
         let pulse = try HeadlessPulse()
-        var environment = pulse.environmentForClients()
-        environment["HOME"] = home
-        environment["XDG_CONFIG_HOME"] = "\(home)/config"
-        environment["XDG_DATA_HOME"] = "\(home)/data"
+        let environment = pulse.serviceEnvironment(home: home)
         let bus = try PrivateBus(serviceDirectory: services, environment: environment)
         defer { bus.stop() }
         let client = try await DBusConnection.connect(to: .address(bus.address))

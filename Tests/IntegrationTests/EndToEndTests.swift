@@ -165,10 +165,7 @@ extension Integration {
             try activation.write(
                 toFile: "\(services)/io.github.sttd.Speech1.service", atomically: true, encoding: .utf8)
             let pulse = try HeadlessPulse()
-            var environment = pulse.environmentForClients()
-            environment["HOME"] = home
-            environment["XDG_CONFIG_HOME"] = "\(home)/config"
-            environment["XDG_DATA_HOME"] = "\(home)/data"
+            var environment = pulse.serviceEnvironment(home: home)
             let bus = try PrivateBus(serviceDirectory: services, environment: environment)
             defer { bus.stop() }
             environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address

@@ -217,6 +217,15 @@ public final class HeadlessPulse: @unchecked Sendable {
         }
     }
 
+    /// The environment for a service of this server living in `home` (config and data inside it).
+    public func serviceEnvironment(home: String) -> [String: String] {
+        var environment = environmentForClients()
+        environment["HOME"] = home
+        environment["XDG_CONFIG_HOME"] = "\(home)/config"
+        environment["XDG_DATA_HOME"] = "\(home)/data"
+        return environment
+    }
+
     public func environmentForClients() -> [String: String] {
         var env = ProcessInfo.processInfo.environment
         env.merge(clientEnvironment) { $1 }
