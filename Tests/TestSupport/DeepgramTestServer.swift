@@ -90,13 +90,14 @@ public final class DeepgramTestServer: Sendable {
                     channel.closeFuture.whenComplete { _ in owner.update(index) { $0.open = false } }
                     let session = ServerSession(server: owner, index: index)
                     let refusing = RefusingHTTPHandler(session: session)
+                    let boundRefusing = NIOLoopBound(refusing, eventLoop: channel.eventLoop)
                     let upgrader = NIOWebSocketServerUpgrader(
                         maxFrameSize: 1 << 20, automaticErrorHandling: true,
                         shouldUpgrade: { channel, head in
                             channel.eventLoop.makeSucceededFuture(session.shouldUpgrade(head))
                         },
                         upgradePipelineHandler: { channel, _ in
-                            channel.pipeline.syncOperations.removeHandler(refusing).flatMap {
+                            channel.pipeline.syncOperations.removeHandler(boundRefusing.value).flatMap {
                                 channel.eventLoop.makeCompletedFuture {
                                     try channel.pipeline.syncOperations.addHandler(
                                         WebSocketServerHandler(session: session))
@@ -234,7 +235,8 @@ final class RefusingHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
                 .head(HTTPResponseHead(version: .http1_1, status: .init(statusCode: status), headers: headers))),
             promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: body)))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in bound.value.close(promise: nil) }
     }
 }
 
@@ -252,7 +254,8 @@ final class WebSocketServerHandler: ChannelInboundHandler {
     func handlerAdded(context: ChannelHandlerContext) {
         if session.isFirst, let delay = script.dropAfter {
             let milliseconds = delay.components.seconds * 1000 + delay.components.attoseconds / 1_000_000_000_000_000
-            context.eventLoop.scheduleTask(in: .milliseconds(milliseconds)) { context.close(promise: nil) }
+            let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(in: .milliseconds(milliseconds)) { bound.value.close(promise: nil) }
         }
         if script.metadataFirst { send(context, metadata()) }
         for message in script.extraMessages { send(context, message) }
@@ -367,10 +370,11 @@ final class WebSocketServerHandler: ChannelInboundHandler {
         var buffer = ByteBuffer()
         buffer.writeInteger(code)
         buffer.writeString(reason)
+        let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
         context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: buffer)))
             .whenComplete { _ in
                 // Give the client a moment to answer the close, then end the socket.
-                context.eventLoop.scheduleTask(in: .milliseconds(200)) { context.close(promise: nil) }
+                bound.value.eventLoop.scheduleTask(in: .milliseconds(200)) { bound.value.close(promise: nil) }
             }
     }
 }
