@@ -2,7 +2,7 @@ import Foundation
 import GRDB
 
 /// One dictation session as kept in history.
-public struct HistoryEntry: Sendable, Equatable, Codable {
+public struct HistoryEntry: Sendable, Equatable {
     public var id: String
     /// Unix time in microseconds.
     public var started: Int64
