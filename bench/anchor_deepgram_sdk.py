@@ -27,7 +27,7 @@ def main():
         listener.start()
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
-            chunk = sys.stdin.buffer.read(1600)  # 50 ms, as sttd sends
+            chunk = sys.stdin.buffer.read(3200)  # 100 ms, as sttd sends
             if not chunk:
                 break
             connection.send_media(chunk)

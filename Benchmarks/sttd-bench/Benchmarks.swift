@@ -26,11 +26,12 @@ enum Benchmarks {
 
     static func streamingService(_ server: DeepgramTestServer) async throws -> SttdFixture {
         try await SttdFixture(
-            config: streamingConfig(server), environment: ["STTD_API_KEY": server.script.key, "STTD_LOG_LEVEL": "info"])
+            config: streamingConfig(server), environment: ["STTD_API_KEY": server.script.key, "STTD_LOG_LEVEL": "info"],
+            sharedMemoryAudio: true)
     }
 
     static func localService() async throws -> SttdFixture {
-        let sttd = try await SttdFixture(environment: ["STTD_LOG_LEVEL": "info"])
+        let sttd = try await SttdFixture(environment: ["STTD_LOG_LEVEL": "info"], sharedMemoryAudio: true)
         for _ in 0..<100 where !sttd.log.contains("offline model loaded") {
             try await Task.sleep(for: .milliseconds(50))
         }
@@ -355,7 +356,7 @@ enum Anchor {
         let parec = try requireTool("parec", package: "pulseaudio-utils")
         let base = "ws://127.0.0.1:\(server.port)"
         let pipeline =
-            "\(parec) --device=mic.monitor --format=s16le --rate=16000 --channels=1 --latency-msec=50 | \(python) bench/anchor_deepgram_sdk.py \(base) \(server.script.key) \(Int(seconds) + 1)"
+            "\(parec) --device=mic.monitor --format=s16le --rate=16000 --channels=1 --latency-msec=100 | \(python) bench/anchor_deepgram_sdk.py \(base) \(server.script.key) \(Int(seconds) + 1)"
         let before = childrenCPUSeconds()
         let client = try ChildProcess("/bin/sh", ["-c", pipeline], environment: pulse.environmentForClients())
         var played = 0.0

@@ -77,10 +77,14 @@ public enum PulseAudio {
     ///   - source: a source name, or nil for the server's default (followed when it changes).
     ///   - chunk: how much audio each chunk carries (20–100 ms).
     ///   - server: a server address, or nil for the usual lookup (`PULSE_SERVER`, the user's runtime dir).
+    ///   - deliver: if given, gets each chunk on the capture thread instead of ``Capture/chunks``
+    ///     (which then only ends or fails). It must not block. This saves a thread hop per chunk.
     public static func capture(
-        source: String?, chunk: Duration = .milliseconds(50), server: String? = nil, logger: Logger
+        source: String?, chunk: Duration = .milliseconds(100), server: String? = nil, logger: Logger,
+        deliver: (@Sendable (AudioChunk) -> Void)? = nil
     ) async throws(CaptureError) -> Capture {
-        let worker = CaptureWorker(source: source, chunkSamples: AudioFormat.samples(in: chunk), logger: logger)
+        let worker = CaptureWorker(
+            source: source, chunkSamples: AudioFormat.samples(in: chunk), logger: logger, deliver: deliver)
         worker.server = server
         try await worker.open()
         return Capture(worker: worker)
@@ -216,7 +220,7 @@ class PulseWorker: @unchecked Sendable {
 public struct Capture: Sendable {
     fileprivate let worker: CaptureWorker
 
-    /// Chunks of audio. Ends normally after ``stop()``, or throws a ``CaptureError`` (kind `.lost` or `.sourceLost`)
+    /// Chunks of audio (none when they go to a `deliver` function). Ends normally after ``stop()``, or throws a ``CaptureError`` (kind `.lost` or `.sourceLost`)
     /// when the server or source goes away. Holds at most 10 s of audio for a stalled consumer,
     /// dropping the oldest beyond that, so a hung consumer cannot grow memory without bound.
     public var chunks: AsyncThrowingStream<AudioChunk, any Error> { worker.chunks }
@@ -236,15 +240,17 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     private let source: String?
     private let chunkSamples: Int
     private let logger: Logger
+    private let deliver: ((AudioChunk) -> Void)?
     private var stream: OpaquePointer?
     private var pending: [Int16] = []
     private var opened: CheckedContinuation<Void, any Error>?
     private var isOpen = false
 
-    init(source: String?, chunkSamples: Int, logger: Logger) {
+    init(source: String?, chunkSamples: Int, logger: Logger, deliver: (@Sendable (AudioChunk) -> Void)?) {
         self.source = source
         self.chunkSamples = chunkSamples
         self.logger = logger
+        self.deliver = deliver
         let chunksPerTenSeconds = max(1, 10 * AudioFormat.sampleRate / chunkSamples)
         (chunks, continuation) = AsyncThrowingStream.makeStream(bufferingPolicy: .bufferingNewest(chunksPerTenSeconds))
     }
@@ -330,11 +336,17 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
                 pending.append(contentsOf: repeatElement(0, count: length / AudioFormat.bytesPerSample))
             }
             pa_stream_drop(stream)
-            while pending.count >= chunkSamples {
-                continuation.yield(AudioChunk(samples: Array(pending.prefix(chunkSamples))))
-                pending.removeFirst(chunkSamples)
+            var taken = 0
+            while pending.count - taken >= chunkSamples {
+                output(AudioChunk(samples: Array(pending[taken..<taken + chunkSamples])))
+                taken += chunkSamples
             }
+            pending.removeFirst(taken)
         }
+    }
+
+    private func output(_ chunk: AudioChunk) {
+        if let deliver { deliver(chunk) } else { continuation.yield(chunk) }
     }
 
     override func failed(_ error: CaptureError) {
@@ -351,7 +363,7 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     }
 
     override func willQuit() {
-        if !pending.isEmpty { continuation.yield(AudioChunk(samples: pending)) }
+        if !pending.isEmpty { output(AudioChunk(samples: pending)) }
         pending.removeAll()
         if let stream {
             pa_stream_set_state_callback(stream, nil, nil)

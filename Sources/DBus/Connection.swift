@@ -207,12 +207,13 @@ final class ConnectionLoop: @unchecked Sendable {
     /// Queues a job for the owner thread; false if the loop has ended.
     @discardableResult
     func perform(_ job: @escaping Job) -> Bool {
-        let queued = shared.withLock { shared -> Bool in
-            guard !shared.ended else { return false }
+        let (queued, first) = shared.withLock { shared -> (Bool, Bool) in
+            guard !shared.ended else { return (false, false) }
             shared.jobs.append(job)
-            return true
+            return (true, shared.jobs.count == 1)
         }
-        if queued { wake() }
+        // The thread takes every queued job per wake-up: one byte for the first is enough.
+        if first { wake() }
         return queued
     }
 
@@ -438,8 +439,9 @@ final class ConnectionLoop: @unchecked Sendable {
         let count = poll(&fds, nfds_t(fds.count), waitMilliseconds)
         if count < 0 { return }  // EINTR: go round again
         if fds[0].revents != 0 {
-            var sink = [UInt8](repeating: 0, count: 256)
-            while read(wakeFD, &sink, sink.count) > 0 {}
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 64) { sink in
+                while read(wakeFD, sink.baseAddress, sink.count) > 0 {}
+            }
         }
         for (index, watch) in active.enumerated() {
             let revents = fds[index + 1].revents

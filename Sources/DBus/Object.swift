@@ -245,7 +245,10 @@ public final class DBusObject: Sendable {
         let call = DBusMethodCall(
             sender: message.sender ?? "", member: method.name, arguments: message.arguments())
         let outputTypes = method.outputs.map(\.type)
-        Task {
+        // Started here, on the connection's thread, and run until the handler first suspends
+        // (typically on entering the service's actor): calls reach the service in the order they
+        // arrived. A plain `Task` would let two calls from one client overtake each other.
+        Task.immediate {
             do {
                 let results = try await method.handler(call)
                 guard results.map(\.type) == outputTypes else {
@@ -295,7 +298,7 @@ public final class DBusObject: Sendable {
                 return responder.fail(
                     .invalidArgs("Property \(name) has type '\(found.property.type)', not '\(value.type)'"))
             }
-            Task {
+            Task.immediate {
                 do {
                     let stored = try await setter(value)
                     self.setProperty(name, stored, interface: found.interface)

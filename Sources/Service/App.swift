@@ -3,6 +3,8 @@ import DBus
 import Foundation
 import History
 import Logging
+import NIOCore
+import NIOPosix
 import Recognition
 import ServiceLifecycle
 import Synchronization
@@ -175,8 +177,7 @@ struct SpeechRunner: Service {
 
     func run() async throws {
         await service.prepare()
-        // No timers while idle: on Linux any pending Task.sleep wakes libdispatch's manager
-        // thread every second. History is pruned at startup and after sessions, once a day.
+        // No timers while idle. History is pruned at startup and after sessions, once a day.
         try? await gracefulShutdown()
         await service.shutdown()
     }
@@ -208,5 +209,27 @@ public enum ModelCheck {
         while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
         // Exited normally (no signal) with status 0.
         return status & 0x7f == 0 && (status >> 8) & 0xff == 0
+    }
+}
+
+extension SttdApp {
+    /// Runs the service with Swift concurrency on NIO's event loops, blocking the calling main
+    /// thread until it ends. Call before any other concurrency is used.
+    ///
+    /// On Linux the default executor is libdispatch's worker pool, which arms a once-a-second
+    /// monitor timer when first used: an idle sttd would wake every second forever. On the event
+    /// loops an idle sttd sleeps in epoll, and a task that reads or writes a socket usually runs on
+    /// that socket's thread already. (Timers go through ``eventLoopSleep(for:)`` for the same reason.)
+    public static func runOnEventLoops(configPath: String?) -> Int32 {
+        NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
+        let done = DispatchSemaphore(value: 0)
+        let status = Mutex<Int32>(ExitCode.failure)
+        Task {
+            let result = await run(configPath: configPath)
+            status.withLock { $0 = result }
+            done.signal()
+        }
+        done.wait()
+        return status.withLock { $0 }
     }
 }

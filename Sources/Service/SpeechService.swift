@@ -225,9 +225,11 @@ public actor SpeechService {
             }
             return handle(.openFailed(SpeechError(error)))
         }
+        let tap = AudioTap(recognition: recognition, levels: object)
         let capture: Capture
         do {
-            capture = try await PulseAudio.capture(source: source, server: pulseServer, logger: logger)
+            capture = try await PulseAudio.capture(
+                source: source, server: pulseServer, logger: logger, deliver: tap.deliver)
             object?.setProperty("MicrophoneStatus", .string("authorized"))
         } catch {
             recognition.cancel()
@@ -239,13 +241,15 @@ public actor SpeechService {
         let active = ActiveSession(
             token: token, capture: capture, recognition: recognition,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)),
-            reopen: { try await PulseAudio.capture(source: source, server: pulseServer, logger: logger) })
+            reopen: {
+                try await PulseAudio.capture(source: source, server: pulseServer, logger: logger, deliver: tap.deliver)
+            })
         session = active
         recognizerDown = false
         microphoneDown = false
         object?.setProperty("LastError", .string(""))
         beginHistory(backend: backend, language: sessionOptions.language, source: source ?? "")
-        active.run(service: self, levels: object)
+        active.run(service: self)
         logger.info("listening", metadata: ["source": "\(source ?? "(default)")", "backend": "\(backend.rawValue)"])
         handle(.opened)
     }
@@ -255,7 +259,7 @@ public actor SpeechService {
         let token = session.token
         let limit = Duration.milliseconds(Int(configuration.stopTimeoutMilliseconds))
         Task {
-            try? await Task.sleep(for: limit)
+            try? await eventLoopSleep(for: limit)
             self.stopTimedOut(token: token)
         }
     }
@@ -404,20 +408,17 @@ final class ActiveSession: Sendable {
 
     func cancelCapture() { captureState.withLock { $0.capture }.cancel() }
 
-    /// Starts the two loops. Audio goes straight from capture to the recognizer, off the actor.
-    func run(service: SpeechService, levels: DBusObject?) {
+    /// Starts the two loops: the capture's end (its audio goes to an ``AudioTap`` on the capture
+    /// thread) and the recognizer's events.
+    func run(service: SpeechService) {
         let token = token
         let recognition = recognition
         let captureOutcome = CaptureOutcome()
         Task.detached { [self] in
-            var meter = LevelMeter()
             var chunks = captureState.withLock { $0.capture.chunks }
             while true {
                 do {
-                    for try await chunk in chunks {
-                        recognition.send(chunk)
-                        if let level = meter.add(chunk) { levels?.emit("AudioLevel", [.double(level)]) }
-                    }
+                    for try await _ in chunks {}
                     break
                 } catch let error as CaptureError where error.kind == .lost {
                     await service.linkChanged(.microphone, down: true, token: token)
@@ -457,7 +458,7 @@ final class ActiveSession: Sendable {
     private func reconnect() async -> Capture? {
         let deadline = ContinuousClock.now + reconnectLimit
         while ContinuousClock.now < deadline, !captureState.withLock({ $0.closing }) {
-            try? await Task.sleep(for: .milliseconds(200))
+            try? await eventLoopSleep(for: .milliseconds(200))
             guard let capture = try? await reopen() else { continue }
             let closing = captureState.withLock { state in
                 if !state.closing { state.capture = capture }
@@ -470,6 +471,24 @@ final class ActiveSession: Sendable {
             return capture
         }
         return nil
+    }
+}
+
+/// Where captured audio goes, on the capture thread: to the recognizer (which never blocks) and
+/// to the level meter, whose readings go straight to the bus. Nothing waits on the service actor.
+final class AudioTap: Sendable {
+    private let recognition: any RecognitionSession
+    private let levels: DBusObject?
+    private let meter = Mutex(LevelMeter())
+
+    init(recognition: any RecognitionSession, levels: DBusObject?) {
+        self.recognition = recognition
+        self.levels = levels
+    }
+
+    @Sendable func deliver(_ chunk: AudioChunk) {
+        recognition.send(chunk)
+        if let level = meter.withLock({ $0.add(chunk) }) { levels?.emit("AudioLevel", [.double(level)]) }
     }
 }
 

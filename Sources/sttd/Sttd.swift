@@ -5,7 +5,7 @@ import Service
 
 /// The sttd service executable; all logic lives in the Service library.
 @main
-struct Sttd: AsyncParsableCommand {
+struct Sttd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sttd",
         abstract: "Speech-to-text for the Linux desktop, as a D-Bus service (io.github.sttd.Speech1).",
@@ -21,7 +21,7 @@ struct Sttd: AsyncParsableCommand {
     @Option(name: .customLong("check-model"), help: .hidden)
     var checkModel: String?
 
-    func run() async throws {
+    func run() throws {
         if printIntrospection {
             print(SpeechInterface.document, terminator: "")
             return
@@ -29,7 +29,7 @@ struct Sttd: AsyncParsableCommand {
         if let checkModel {
             throw ExitCode(PocketSphinxRecognizer.checkModel(directory: checkModel) ? 0 : 1)
         }
-        let status = await SttdApp.run(configPath: config)
+        let status = SttdApp.runOnEventLoops(configPath: config)
         if status != 0 { throw ExitCode(status) }
     }
 }

@@ -2,6 +2,7 @@ import Capture
 import Foundation
 import Logging
 import TestSupport
+import Synchronization
 import Testing
 
 @Suite("Level meter")
@@ -54,7 +55,23 @@ struct PulseCaptureTests {
         }
         #expect(Double(samples) / 16000 >= 2.9, "captured \(samples) samples for a 3 s recording")
         #expect(loudest > 1e-4, "speech is not silence")
-        #expect(sizes.filter { $0 != 800 }.count <= 1, "50 ms chunks, except possibly the last: \(sizes)")
+        #expect(sizes.filter { $0 != 1600 }.count <= 1, "100 ms chunks, except possibly the last: \(sizes)")
+    }
+
+    @Test func deliversToAFunctionAndTheStreamOnlyEnds() async throws {
+        let recording = try LibriVox.recordings()[1]
+        let delivered = Mutex<[Int]>([])
+        let capture = try await PulseAudio.capture(
+            source: nil, chunk: .milliseconds(20), server: pulse.server, logger: logger,
+            deliver: { chunk in delivered.withLock { $0.append(chunk.samples.count) } })
+        try pulse.play(recording.path)
+        capture.stop()
+        var streamed = 0
+        for try await _ in capture.chunks { streamed += 1 }
+        let sizes = delivered.withLock { $0 }
+        #expect(streamed == 0)
+        #expect(Double(sizes.reduce(0, +)) / 16000 >= 2.9, "delivered \(sizes.reduce(0, +)) samples for a 3 s recording")
+        #expect(sizes.dropLast().allSatisfy { $0 == 320 }, "20 ms chunks, except possibly the last")
     }
 
     @Test func unknownSourceNamesTheSource() async throws {

@@ -159,9 +159,13 @@ public final class HeadlessPulse: @unchecked Sendable {
     public let directory: String
     public var server: String { "unix:\(directory)/native" }
     private var process: ChildProcess?
+    private let sharedMemory: Bool
 
-    public init() throws {
+    /// - Parameter sharedMemory: pass audio to clients in shared memory, as desktops do (the
+    ///   benchmarks); tests send it through the socket, which works under any user and sandbox.
+    public init(sharedMemory: Bool = false) throws {
         directory = try makeTemporaryDirectory("sttd-pulse")
+        self.sharedMemory = sharedMemory
         try start()
     }
 
@@ -177,7 +181,7 @@ public final class HeadlessPulse: @unchecked Sendable {
         let pactl = try requireTool("pactl", package: "pulseaudio-utils")
         try? FileManager.default.removeItem(atPath: "\(directory)/native")
         let arguments = [
-            "-n", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no", "--disable-shm=yes",
+            "-n", "--daemonize=no", "--exit-idle-time=-1", "--use-pid-file=no", "--disable-shm=\(!sharedMemory)",
             "-L", "module-native-protocol-unix auth-anonymous=1 socket=\(directory)/native",
             "-L",
             "module-null-sink sink_name=mic rate=16000 channels=1 sink_properties=device.description=Virtual-microphone",

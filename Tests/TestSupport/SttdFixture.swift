@@ -19,11 +19,12 @@ public final class SttdFixture: @unchecked Sendable {
     /// Starts everything; `config` is written to the config file if given.
     /// `prepare` runs with the home folder before sttd starts (e.g. to seed its data).
     public init(
-        config: String? = nil, environment extra: [String: String] = [:], prepare: (String) throws -> Void = { _ in }
+        config: String? = nil, environment extra: [String: String] = [:], sharedMemoryAudio: Bool = false,
+        prepare: (String) throws -> Void = { _ in }
     ) async throws {
         home = try makeTemporaryDirectory("sttd-home")
         try prepare(home)
-        pulse = try HeadlessPulse()
+        pulse = try HeadlessPulse(sharedMemory: sharedMemoryAudio)
         bus = try PrivateBus()
         var env = ProcessInfo.processInfo.environment
         env.merge(pulse.clientEnvironment) { $1 }

@@ -105,7 +105,7 @@ public final class DeepgramRecognizer: Recognizer {
                 guard DeepgramProtocol.isRetryable(handshakeStatus: refusal.status), let delay = backoff?.next() else {
                     throw error
                 }
-                try? await Task.sleep(for: delay)
+                try? await eventLoopSleep(for: delay)
             } catch {
                 let message = key.redact("\(error)")
                 logger.warning("stream connection failed", metadata: ["reason": "\(message)"])
@@ -118,7 +118,7 @@ public final class DeepgramRecognizer: Recognizer {
                 guard let delay = backoff?.next() else {
                     throw RecognitionError(.backendUnavailable, "Cannot reach \(url.host ?? "the server"): \(message).")
                 }
-                try? await Task.sleep(for: delay)
+                try? await eventLoopSleep(for: delay)
             }
         }
     }
@@ -192,19 +192,20 @@ final class DeepgramSession: RecognitionSession {
 
     private struct State {
         var ledger: StreamLedger
-        var outbound: AsyncStream<Outbound>.Continuation?
+        /// The open connection, if any (none while reconnecting).
         var connection: WebSocketConnection?
+        /// Audio waiting to go out paced (a replay, or audio that came faster than the pacer allows).
+        var queued: [[Int16]] = []
+        /// A task is sending `queued`; new audio lines up behind it.
+        var draining = false
+        var pacer = Pacer()
         var finishing = false
+        var closingSent = false
         var cancelled = false
         var speaking = false
         var unknownTypesLogged = Set<String>()
     }
     private let state: Mutex<State>
-
-    enum Outbound: Sendable {
-        case audio([Int16])
-        case text(String)
-    }
 
     init(options: SessionOptions, settings: DeepgramSettings, logger: Logger, reconnect: @escaping Reconnect) {
         self.options = options
@@ -219,32 +220,75 @@ final class DeepgramSession: RecognitionSession {
         Task { await run(first: connection) }
     }
 
+    /// Live audio goes straight to the socket from the caller's thread (the capture thread);
+    /// only a replay, or audio arriving faster than the pacer allows, waits in `queued`.
     func send(_ chunk: AudioChunk) {
-        state.withLock { state in
-            guard !state.finishing, !state.cancelled else { return }
+        let startDrain = state.withLock { state -> WebSocketConnection? in
+            guard !state.finishing, !state.cancelled else { return nil }
             state.ledger.append(chunk)
-            state.outbound?.yield(.audio(chunk.samples))
+            guard let connection = state.connection else { return nil }  // replayed after reconnecting
+            if !state.draining, state.pacer.wait(at: .now) == .zero {
+                state.pacer.sent(samples: chunk.samples.count)
+                connection.send(binary: chunk.samples)
+                return nil
+            }
+            state.queued.append(chunk.samples)
+            guard !state.draining else { return nil }
+            state.draining = true
+            return connection
         }
+        if let startDrain { drain(startDrain) }
     }
 
     func finish() {
         state.withLock { state in
             guard !state.finishing else { return }
             state.finishing = true
-            // Flush, then ask the server to close once it has sent every final.
-            state.outbound?.yield(.text(DeepgramProtocol.finalize))
-            state.outbound?.yield(.text(DeepgramProtocol.closeStream))
+            // Flush, then ask the server to close once it has sent every final. While audio is
+            // still queued (or no connection is open) the drain sends these after it.
+            if let connection = state.connection, !state.draining { Self.sendClosing(connection, &state) }
         }
     }
 
     func cancel() {
         state.withLock { state in
             state.cancelled = true
-            state.outbound?.finish()
             // Close now rather than when the server notices the silence.
             state.connection?.abort()
         }
         continuation.finish()
+    }
+
+    private static func sendClosing(_ connection: WebSocketConnection, _ state: inout State) {
+        guard !state.closingSent else { return }
+        state.closingSent = true
+        connection.send(text: DeepgramProtocol.finalize)
+        connection.send(text: DeepgramProtocol.closeStream)
+    }
+
+    /// Sends `queued` at the pacer's rate until it is empty, then lets audio go straight out again.
+    private func drain(_ connection: WebSocketConnection) {
+        Task {
+            while true {
+                let next = state.withLock { state -> (samples: [Int16], wait: Duration)? in
+                    guard state.connection === connection, !state.cancelled else { return nil }
+                    guard let samples = state.queued.first else {
+                        state.draining = false
+                        if state.finishing { Self.sendClosing(connection, &state) }
+                        return nil
+                    }
+                    let wait = state.pacer.wait(at: .now)
+                    if wait == .zero {
+                        state.queued.removeFirst()
+                        state.pacer.sent(samples: samples.count)
+                        connection.send(binary: samples)
+                    }
+                    return (samples, wait)
+                }
+                guard let next else { return }
+                if next.wait > .zero { try? await eventLoopSleep(for: next.wait) }
+            }
+        }
     }
 
     private func run(first: WebSocketConnection) async {
@@ -281,7 +325,7 @@ final class DeepgramSession: RecognitionSession {
                             ))
                         return
                     }
-                    try? await Task.sleep(for: delay)
+                    try? await eventLoopSleep(for: delay)
                     if state.withLock({ $0.cancelled }) { return }
                     // One handshake per attempt: this loop owns the backoff.
                     var once = settings.backoff
@@ -302,59 +346,31 @@ final class DeepgramSession: RecognitionSession {
         }
     }
 
-    /// Runs one connection: replays pending audio, then streams; returns how it ended.
+    /// Runs one connection: replays the audio not yet answered for, then streams; returns how it ended.
     private func serve(_ connection: WebSocketConnection) async -> WebSocketEnd {
-        let (queue, queueContinuation) = AsyncStream<Outbound>.makeStream()
-        state.withLock { state in
-            for samples in state.ledger.beginConnection() { queueContinuation.yield(.audio(samples)) }
-            if state.finishing {
-                queueContinuation.yield(.text(DeepgramProtocol.finalize))
-                queueContinuation.yield(.text(DeepgramProtocol.closeStream))
-            }
-            state.outbound = queueContinuation
+        let replay = state.withLock { state -> Bool in
             state.connection = connection
+            state.pacer = Pacer()
+            state.closingSent = false
+            state.queued = state.ledger.beginConnection()
             if state.cancelled { connection.abort() }
+            state.draining = !state.queued.isEmpty
+            if !state.draining, state.finishing { Self.sendClosing(connection, &state) }
+            return state.draining
         }
-        let sender = Task { await Self.pump(queue, into: connection) }
+        if replay { drain(connection) }
+        connection.keepAlive(DeepgramProtocol.keepAlive, every: .seconds(4))
         for await message in connection.messages {
             guard case .text(let text) = message else { continue }
             handle(text)
         }
         let end = await connection.end
-        state.withLock {
-            $0.outbound = nil
-            $0.connection = nil
+        state.withLock { state in
+            state.connection = nil
+            state.queued = []
+            state.draining = false
         }
-        queueContinuation.finish()
-        sender.cancel()
         return end
-    }
-
-    /// The single writer: audio paced to at most 1.2x real time (the protocol allows 1.25x),
-    /// control messages in order, KeepAlive after 4 s of nothing sent.
-    private static func pump(_ queue: AsyncStream<Outbound>, into connection: WebSocketConnection) async {
-        let started = ContinuousClock.now
-        var sentSeconds = 0.0
-        let lastSent = LastSent()
-        let keepAlive = Task {
-            while !Task.isCancelled {
-                try? await Task.sleep(for: .seconds(1))
-                if lastSent.idle(longerThan: .seconds(4)) { connection.send(text: DeepgramProtocol.keepAlive) }
-            }
-        }
-        defer { keepAlive.cancel() }
-        for await item in queue {
-            switch item {
-            case .audio(let samples):
-                let ahead = sentSeconds - 1.2 * (ContinuousClock.now - started).seconds - 0.5
-                if ahead > 0 { try? await Task.sleep(for: .seconds(ahead / 1.2)) }
-                connection.send(binary: samples)
-                sentSeconds += Double(samples.count) / Double(AudioFormat.sampleRate)
-            case .text(let text):
-                connection.send(text: text)
-            }
-            lastSent.touch()
-        }
     }
 
     /// Reports speech activity on changes only: results with words start it (SpeechStarted needs
@@ -406,17 +422,20 @@ final class DeepgramSession: RecognitionSession {
     }
 }
 
-/// When the writer last sent something, shared with the KeepAlive timer.
-final class LastSent: Sendable {
-    private let instant = Mutex(ContinuousClock.now)
-    func touch() { instant.withLock { $0 = .now } }
-    /// True (and counts as sending) if nothing went out for `interval`.
-    func idle(longerThan interval: Duration) -> Bool {
-        instant.withLock { last in
-            guard ContinuousClock.now - last > interval else { return false }
-            last = .now
-            return true
-        }
+/// Keeps audio within the protocol's rate limit on one connection: at most 1.2x real time (the
+/// protocol allows 1.25x) after a half-second head start, so a replay never floods the server.
+struct Pacer: Sendable {
+    private let started = ContinuousClock.now
+    private var sentSeconds = 0.0
+
+    /// How long to wait before sending more.
+    func wait(at now: ContinuousClock.Instant) -> Duration {
+        let ahead = sentSeconds - 1.2 * (now - started).seconds - 0.5
+        return ahead > 0 ? .seconds(ahead / 1.2) : .zero
+    }
+
+    mutating func sent(samples: Int) {
+        sentSeconds += Double(samples) / Double(AudioFormat.sampleRate)
     }
 }
 

@@ -40,13 +40,19 @@ public enum WebSocketMessage: Sendable, Equatable {
 /// NIOWebSocket's upgrader. Unlike WSClient, a refused handshake reports its HTTP status and
 /// headers (the streaming protocol needs 401 vs 402 vs 429 vs 5xx), which is why the
 /// connection is built here.
+///
+/// Sending never waits: frames go to the channel from whatever thread sends them, in the order
+/// sent (through the event loop's task queue, also from the loop itself). Audio thus reaches the
+/// socket with one thread hop from the capture thread.
 public final class WebSocketConnection: Sendable {
     /// Messages from the server; ends when the connection does.
     public let messages: AsyncStream<WebSocketMessage>
-    private let messagesContinuation: AsyncStream<WebSocketMessage>.Continuation
-    private let channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>
+    private let channel: any Channel
     private let endPromise: EventLoopPromise<WebSocketEnd>
-    private let outbound: AsyncStream<WebSocketFrame>.Continuation
+    /// Set once a close frame went out: nothing may follow it.
+    private let closed = Atomic<Bool>(false)
+    /// When a frame was last queued (event loop clock, nanoseconds), for keep-alives.
+    private let lastSent = Atomic<UInt64>(NIODeadline.now().uptimeNanoseconds)
 
     /// How the connection ended (completes once).
     public var end: WebSocketEnd {
@@ -115,92 +121,90 @@ public final class WebSocketConnection: Sendable {
                 timer.cancel()
                 guard let waiting = take() else {
                     // Too late: the caller has given up on this connection.
-                    if case .success(.upgraded(let channel)) = result { channel.channel.close(promise: nil) }
+                    if case .success(.upgraded(let connection)) = result { connection.abort() }
                     return
                 }
                 waiting.resume(with: result)
             }
         }
         switch outcome {
-        case .upgraded(let channel):
-            return WebSocketConnection(channel: channel, logger: logger)
+        case .upgraded(let connection):
+            return connection
         case .refused(let refusal):
             throw try await refusal.get()
         }
     }
 
-    private init(channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, logger: Logger) {
+    /// Wraps an upgraded channel; runs on its event loop, before any frame is read.
+    fileprivate init(upgraded channel: any Channel) throws {
         self.channel = channel
-        (messages, messagesContinuation) = AsyncStream.makeStream()
-        let (outboundStream, outbound) = AsyncStream<WebSocketFrame>.makeStream()
-        self.outbound = outbound
-        endPromise = channel.channel.eventLoop.makePromise()
-        let endPromise = endPromise
-        let messagesContinuation = messagesContinuation
-        Task {
-            do {
-                try await channel.executeThenClose { inbound, writer in
-                    // One writer task keeps outbound frames in the order they were queued.
-                    let writerTask = Task {
-                        for await frame in outboundStream {
-                            try await writer.write(frame)
-                            if frame.opcode == .connectionClose { break }
-                        }
-                    }
-                    defer { writerTask.cancel() }
-                    var reader = MessageAssembler()
-                    for try await frame in inbound {
-                        switch reader.receive(frame) {
-                        case .message(let message): messagesContinuation.yield(message)
-                        case .ping(let data):
-                            outbound.yield(WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: data))
-                        case .close(let code, let reason):
-                            // Answer the close handshake, then let the server close the socket.
-                            var buffer = ByteBuffer()
-                            buffer.writeInteger(code)
-                            outbound.yield(
-                                WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: buffer))
-                            endPromise.succeed(.closed(code: code, reason: reason))
-                        case .none: break
-                        }
-                    }
-                    endPromise.succeed(.dropped("the server closed the connection without a close frame"))
-                }
-            } catch {
-                endPromise.succeed(.dropped("\(error)"))
-            }
-            messagesContinuation.finish()
-            outbound.finish()
-        }
+        let (messages, messagesContinuation) = AsyncStream<WebSocketMessage>.makeStream()
+        self.messages = messages
+        endPromise = channel.eventLoop.makePromise()
+        try channel.pipeline.syncOperations.addHandler(
+            WebSocketClientHandler(messages: messagesContinuation, end: endPromise))
     }
 
     /// Queues a text frame; frames go out in the order queued.
     public func send(text: String) {
-        var buffer = ByteBuffer()
+        var buffer = channel.allocator.buffer(capacity: text.utf8.count)
         buffer.writeString(text)
-        outbound.yield(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: buffer))
+        write(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: buffer))
     }
 
     /// Queues a binary frame (never an empty one: servers read that as end of stream).
     public func send(binary samples: [Int16]) {
         guard !samples.isEmpty else { return }
-        var buffer = ByteBuffer()
-        buffer.reserveCapacity(samples.count * 2)
-        for sample in samples { buffer.writeInteger(sample, endianness: .little) }
-        outbound.yield(WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: buffer))
+        var buffer = channel.allocator.buffer(capacity: samples.count * 2)
+        #if _endian(little)
+            _ = samples.withUnsafeBytes { buffer.writeBytes($0) }
+        #else
+            for sample in samples { buffer.writeInteger(sample, endianness: .little) }
+        #endif
+        write(WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: buffer))
     }
 
     /// Sends a close frame and stops writing.
     public func close(code: UInt16 = 1000) {
-        var buffer = ByteBuffer()
+        var buffer = channel.allocator.buffer(capacity: 2)
         buffer.writeInteger(code)
-        outbound.yield(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: buffer))
-        outbound.finish()
+        write(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: buffer))
     }
 
     /// Drops the connection at once.
     public func abort() {
-        channel.channel.close(promise: nil)
+        channel.close(promise: nil)
+    }
+
+    /// Sends `text` whenever nothing else went out for `interval`, until the connection ends.
+    public func keepAlive(_ text: String, every interval: Duration) {
+        let nanoseconds = UInt64(interval.components.seconds) * 1_000_000_000
+            + UInt64(interval.components.attoseconds / 1_000_000_000)
+        // One timer, armed for when the connection would have been quiet that long.
+        @Sendable func arm(at deadline: UInt64) {
+            channel.eventLoop.scheduleTask(deadline: .uptimeNanoseconds(deadline)) { [self] in
+                guard channel.isActive, !closed.load(ordering: .relaxed) else { return }
+                let quietSince = lastSent.load(ordering: .relaxed)
+                let now = NIODeadline.now().uptimeNanoseconds
+                if now >= quietSince + nanoseconds {
+                    send(text: text)
+                    arm(at: now + nanoseconds)
+                } else {
+                    arm(at: quietSince + nanoseconds)
+                }
+            }
+        }
+        arm(at: lastSent.load(ordering: .relaxed) + nanoseconds)
+    }
+
+    private func write(_ frame: WebSocketFrame) {
+        guard !closed.load(ordering: .acquiring) else { return }
+        if frame.opcode == .connectionClose, closed.exchange(true, ordering: .acquiringAndReleasing) { return }
+        lastSent.store(NIODeadline.now().uptimeNanoseconds, ordering: .relaxed)
+        // Always through the task queue: a write made on the loop itself must not overtake one
+        // queued earlier from another thread.
+        let channel = channel
+        channel.eventLoop.execute { channel.writeAndFlush(frame, promise: nil) }
     }
 
     /// The HTTP/1 upgrade request and NIOWebSocket's upgrader; a refusal is read by a recorder.
@@ -213,10 +217,7 @@ public final class WebSocketConnection: Sendable {
         let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeOutcome>(
             maxFrameSize: 1 << 20,
             upgradePipelineHandler: { channel, _ in
-                channel.eventLoop.makeCompletedFuture {
-                    .upgraded(
-                        try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel))
-                }
+                channel.eventLoop.makeCompletedFuture { .upgraded(try WebSocketConnection(upgraded: channel)) }
             })
         let configuration = NIOTypedHTTPClientUpgradeConfiguration<UpgradeOutcome>(
             upgradeRequestHead: HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: requestHeaders),
@@ -248,8 +249,54 @@ public struct WebSocketError: Error, Sendable, CustomStringConvertible {
 }
 
 enum UpgradeOutcome: Sendable {
-    case upgraded(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
+    case upgraded(WebSocketConnection)
     case refused(EventLoopFuture<HandshakeRefusal>)
+}
+
+/// Reads frames on the event loop: messages to the stream, pongs and the close handshake answered.
+final class WebSocketClientHandler: ChannelInboundHandler {
+    typealias InboundIn = WebSocketFrame
+    typealias OutboundOut = WebSocketFrame
+    private let messages: AsyncStream<WebSocketMessage>.Continuation
+    private let end: EventLoopPromise<WebSocketEnd>
+    private var assembler = MessageAssembler()
+
+    init(messages: AsyncStream<WebSocketMessage>.Continuation, end: EventLoopPromise<WebSocketEnd>) {
+        self.messages = messages
+        self.end = end
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch assembler.receive(unwrapInboundIn(data)) {
+        case .message(let message):
+            messages.yield(message)
+        case .ping(let data):
+            context.writeAndFlush(
+                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: data)),
+                promise: nil)
+        case .close(let code, let reason):
+            // Answer the close handshake, then let the server close the socket.
+            var buffer = context.channel.allocator.buffer(capacity: 2)
+            buffer.writeInteger(code)
+            context.writeAndFlush(
+                wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: buffer)),
+                promise: nil)
+            end.succeed(.closed(code: code, reason: reason))
+        case .none:
+            break
+        }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        end.succeed(.dropped("the server closed the connection without a close frame"))
+        messages.finish()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        end.succeed(.dropped("\(error)"))
+        context.close(promise: nil)
+    }
 }
 
 /// Reads the HTTP response of a refused handshake.
