@@ -97,7 +97,7 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: strictness),
         .executableTarget(
-            name: "sttd-bench", dependencies: ["DBus", "TestSupport"], path: "Benchmarks/sttd-bench",
+            name: "sttd-bench", dependencies: ["CDBus", "DBus", "TestSupport"], path: "Benchmarks/sttd-bench",
             swiftSettings: strictness),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"], swiftSettings: strictness),

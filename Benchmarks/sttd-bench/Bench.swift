@@ -10,7 +10,7 @@ enum Bench {
     static func main() async {
         let arguments = CommandLine.arguments.dropFirst()
         if arguments.first == "subscribe" {
-            return await Subscriber.run(address: arguments.dropFirst().first ?? "", output: arguments.last ?? "")
+            return Subscriber.run(address: arguments.dropFirst().first ?? "", output: arguments.last ?? "")
         }
         let only = Set(arguments.compactMap(Int.init))
         var rows: [Row] = []
@@ -57,9 +57,18 @@ struct ProcessSample {
         threadRunSeconds.reduce(0) { total, thread in total + thread.value - (earlier.threadRunSeconds[thread.key] ?? 0)
         }
     }
-    var contextSwitches: Int
+    /// Context switches of each live thread (by thread id).
+    var threadSwitches: [String: Int]
+
+    /// Context switches since `earlier` of the threads alive now.
+    func contextSwitches(since earlier: ProcessSample) -> Int {
+        threadSwitches.reduce(0) { total, thread in total + thread.value - (earlier.threadSwitches[thread.key] ?? 0) }
+    }
     var rssKB: Int
     var peakRSSKB: Int
+    /// The process's own pages (anonymous, and library pages it wrote): RSS without the shared,
+    /// clean library pages that every process mapping those libraries also counts.
+    var ownKB: Int
 
     init(pid: pid_t) throws {
         guard let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8),
@@ -82,18 +91,21 @@ struct ProcessSample {
             return Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0
         }
         // /proc/PID/status counts the main thread only; wake-ups happen on every thread.
-        contextSwitches = tasks.reduce(0) { total, task in
-            let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
-            return total
-                + ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"].reduce(0) { sum, key in
+        threadSwitches = Dictionary(
+            uniqueKeysWithValues: tasks.map { task in
+                let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/status", encoding: .utf8)) ?? ""
+                let switches = ["voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"].reduce(0) { sum, key in
                     let line = text.split(separator: "\n").first { $0.hasPrefix(key + ":") } ?? ""
                     return sum
-                        + (Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0")
-                            ?? 0)
+                        + (Int(line.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0)
                 }
-        }
+                return (task, switches)
+            })
         rssKB = value("VmRSS")
         peakRSSKB = value("VmHWM")
+        let rollup = (try? String(contentsOfFile: "/proc/\(pid)/smaps_rollup", encoding: .utf8)) ?? ""
+        let anonymous = rollup.split(separator: "\n").first { $0.hasPrefix("Anonymous:") } ?? ""
+        ownKB = Int(anonymous.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0
     }
 }
 

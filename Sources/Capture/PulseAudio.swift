@@ -225,9 +225,9 @@ public struct Capture: Sendable {
     /// dropping the oldest beyond that, so a hung consumer cannot grow memory without bound.
     public var chunks: AsyncThrowingStream<AudioChunk, any Error> { worker.chunks }
 
-    /// Stops capture. Audio the server has already recorded (up to one chunk) is still delivered,
-    /// then ``chunks`` ends.
-    public func stop() { worker.requestQuit(drain: .milliseconds(60)) }
+    /// Stops capture. Audio the server has already recorded (up to one chunk, which it sends
+    /// when the chunk is full or within its duration) is still delivered, then ``chunks`` ends.
+    public func stop() { worker.requestQuit(drain: worker.chunkDuration + .milliseconds(20)) }
 
     /// Stops at once, dropping what is in flight.
     public func cancel() { worker.requestQuit() }
@@ -239,6 +239,7 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     private let continuation: AsyncThrowingStream<AudioChunk, any Error>.Continuation
     private let source: String?
     private let chunkSamples: Int
+    var chunkDuration: Duration { .microseconds(chunkSamples * 1_000_000 / AudioFormat.sampleRate) }
     private let logger: Logger
     private let deliver: ((AudioChunk) -> Void)?
     private var stream: OpaquePointer?

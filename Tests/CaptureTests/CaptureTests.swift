@@ -1,8 +1,8 @@
 import Capture
 import Foundation
 import Logging
-import TestSupport
 import Synchronization
+import TestSupport
 import Testing
 
 @Suite("Level meter")
@@ -70,7 +70,8 @@ struct PulseCaptureTests {
         for try await _ in capture.chunks { streamed += 1 }
         let sizes = delivered.withLock { $0 }
         #expect(streamed == 0)
-        #expect(Double(sizes.reduce(0, +)) / 16000 >= 2.9, "delivered \(sizes.reduce(0, +)) samples for a 3 s recording")
+        #expect(
+            Double(sizes.reduce(0, +)) / 16000 >= 2.9, "delivered \(sizes.reduce(0, +)) samples for a 3 s recording")
         #expect(sizes.dropLast().allSatisfy { $0 == 320 }, "20 ms chunks, except possibly the last")
     }
 

@@ -178,7 +178,8 @@ public final class WebSocketConnection: Sendable {
 
     /// Sends `text` whenever nothing else went out for `interval`, until the connection ends.
     public func keepAlive(_ text: String, every interval: Duration) {
-        let nanoseconds = UInt64(interval.components.seconds) * 1_000_000_000
+        let nanoseconds =
+            UInt64(interval.components.seconds) * 1_000_000_000
             + UInt64(interval.components.attoseconds / 1_000_000_000)
         // One timer, armed for when the connection would have been quiet that long.
         @Sendable func arm(at deadline: UInt64) {
