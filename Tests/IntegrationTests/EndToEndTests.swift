@@ -19,9 +19,10 @@ extension Integration {
                 let recorder = try await sttd.record()
                 try await sttd.call("StartTranscribing", [.vardict([])])
                 try sttd.pulse.play(recording.path)
-                // Trailing silence lets the endpointer close the utterance, as it would for a person.
+                // Trailing silence lets the endpointer close the last utterance, as it would for a
+                // person; stopping before that would flush it a little earlier or later each run.
                 await recorder.wait(timeout: .seconds(3)) { signals in
-                    signals.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
+                    signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
                 }
                 let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
                 let expected = try run(reference, ["-infile", recording.path, "-logfn", "/dev/null"]).stdout
