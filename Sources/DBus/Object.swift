@@ -248,6 +248,7 @@ public final class DBusObject: Sendable {
         // Started here, on the connection's thread, and run until the handler first suspends
         // (typically on entering the service's actor): calls reach the service in the order they
         // arrived. A plain `Task` would let two calls from one client overtake each other.
+        // Handlers must therefore not block before their first await, nor wait for this thread.
         Task.immediate {
             do {
                 let results = try await method.handler(call)

@@ -29,12 +29,9 @@ private final class Sleeper: Sendable {
     private let state = Mutex<State>(.notStarted)
 
     func start(_ continuation: CheckedContinuation<Void, any Error>, after duration: Duration) {
-        let (seconds, attoseconds) = duration.components
-        let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        let delay = nanoseconds.overflow ? Int64.max : nanoseconds.partialValue + attoseconds / 1_000_000_000
         let cancelled = state.withLock { state -> Bool in
             guard case .notStarted = state else { return true }
-            let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: .nanoseconds(max(0, delay))) {
+            let timer = MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(duration)) {
                 self.wake(throwing: nil)
             }
             state = .sleeping(continuation, timer)
@@ -45,9 +42,16 @@ private final class Sleeper: Sendable {
 
     func wake(throwing error: (any Error)?) {
         let sleeping = state.withLock { state -> (CheckedContinuation<Void, any Error>, Scheduled<Void>)? in
-            defer { if case .notStarted = state { state = .cancelledEarly } else { state = .done } }
-            guard case .sleeping(let continuation, let timer) = state else { return nil }
-            return (continuation, timer)
+            switch state {
+            case .notStarted:
+                state = .cancelledEarly
+                return nil
+            case .sleeping(let continuation, let timer):
+                state = .done
+                return (continuation, timer)
+            case .cancelledEarly, .done:
+                return nil
+            }
         }
         guard let (continuation, timer) = sleeping else { return }
         if let error {

@@ -163,3 +163,30 @@ struct DeepgramProtocolTests {
         #expect(ProxySettings.forURL(secure, environment: ["https_proxy": "ftp://p:1"]) == nil)
     }
 }
+
+@Suite("Pacing and timers")
+struct PacingTests {
+    @Test func halfASecondGoesAtOnceThenAtMostOnePointTwoTimesRealTime() {
+        let start = ContinuousClock.now
+        var pacer = Pacer(started: start)
+        #expect(pacer.wait(at: start) == .zero)
+        pacer.sent(samples: 8_000)  // 0.5 s: the head start
+        #expect(pacer.wait(at: start) == .zero)
+        pacer.sent(samples: 16_000)  // 1.5 s sent at once
+        let wait = pacer.wait(at: start)
+        // 1.5 s may go out by 1.2 x t + 0.5 s, i.e. at t = 0.833 s.
+        #expect(abs(wait.seconds - 1.0 / 1.2) < 0.001, "\(wait)")
+        #expect(pacer.wait(at: start + .seconds(1)) == .zero)
+    }
+
+    @Test func eventLoopSleepEndsAndIsCancellable() async throws {
+        try await eventLoopSleep(for: .milliseconds(20))
+        let sleeping = Task { try await eventLoopSleep(for: .seconds(600)) }
+        sleeping.cancel()
+        await #expect(throws: CancellationError.self) { try await sleeping.value }
+    }
+}
+
+extension Duration {
+    fileprivate var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

@@ -190,6 +190,25 @@ public struct StreamLedger: Sendable {
     public var unanswered: Int { captured - (pending.first?.start ?? captured) }
 }
 
+/// Keeps audio within the protocol's rate limit on one connection: at most 1.2x real time (the
+/// protocol allows 1.25x) after a half-second head start, so a replay never floods the server.
+public struct Pacer: Sendable {
+    private let started: ContinuousClock.Instant
+    private var sentSeconds = 0.0
+
+    public init(started: ContinuousClock.Instant = .now) { self.started = started }
+
+    /// How long to wait before sending more.
+    public func wait(at now: ContinuousClock.Instant) -> Duration {
+        let ahead = sentSeconds - 1.2 * (now - started).seconds - 0.5
+        return ahead > 0 ? .seconds(ahead / 1.2) : .zero
+    }
+
+    public mutating func sent(samples: Int) {
+        sentSeconds += Double(samples) / Double(AudioFormat.sampleRate)
+    }
+}
+
 /// Full-jitter exponential backoff with bounded attempts and total time.
 public struct Backoff: Sendable {
     public var base: Duration
@@ -229,4 +248,8 @@ public struct Backoff: Sendable {
         attempts = 0
         waited = .zero
     }
+}
+
+extension Duration {
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

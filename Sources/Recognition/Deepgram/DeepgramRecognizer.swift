@@ -227,6 +227,7 @@ final class DeepgramSession: RecognitionSession {
             guard !state.finishing, !state.cancelled else { return nil }
             state.ledger.append(chunk)
             guard let connection = state.connection else { return nil }  // replayed after reconnecting
+            // Sent under the lock, so frames leave in the order chunks arrived.
             if !state.draining, state.pacer.wait(at: .now) == .zero {
                 state.pacer.sent(samples: chunk.samples.count)
                 connection.send(binary: chunk.samples)
@@ -270,7 +271,8 @@ final class DeepgramSession: RecognitionSession {
     private func drain(_ connection: WebSocketConnection) {
         Task {
             while true {
-                let next = state.withLock { state -> (samples: [Int16], wait: Duration)? in
+                // Sends the next chunk if the pacer allows; returns how long to wait, nil when done.
+                let wait = state.withLock { state -> Duration? in
                     guard state.connection === connection, !state.cancelled else { return nil }
                     guard let samples = state.queued.first else {
                         state.draining = false
@@ -283,10 +285,10 @@ final class DeepgramSession: RecognitionSession {
                         state.pacer.sent(samples: samples.count)
                         connection.send(binary: samples)
                     }
-                    return (samples, wait)
+                    return wait
                 }
-                guard let next else { return }
-                if next.wait > .zero { try? await eventLoopSleep(for: next.wait) }
+                guard let wait else { return }
+                if wait > .zero { try? await eventLoopSleep(for: wait) }
             }
         }
     }
@@ -420,25 +422,4 @@ final class DeepgramSession: RecognitionSession {
             if first { logger.notice("ignoring unknown server message type", metadata: ["type": "\(type)"]) }
         }
     }
-}
-
-/// Keeps audio within the protocol's rate limit on one connection: at most 1.2x real time (the
-/// protocol allows 1.25x) after a half-second head start, so a replay never floods the server.
-struct Pacer: Sendable {
-    private let started = ContinuousClock.now
-    private var sentSeconds = 0.0
-
-    /// How long to wait before sending more.
-    func wait(at now: ContinuousClock.Instant) -> Duration {
-        let ahead = sentSeconds - 1.2 * (now - started).seconds - 0.5
-        return ahead > 0 ? .seconds(ahead / 1.2) : .zero
-    }
-
-    mutating func sent(samples: Int) {
-        sentSeconds += Double(samples) / Double(AudioFormat.sampleRate)
-    }
-}
-
-extension Duration {
-    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
 }

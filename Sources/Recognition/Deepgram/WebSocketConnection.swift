@@ -78,7 +78,7 @@ public final class WebSocketConnection: Sendable {
 
         let opened = Mutex<(any Channel)?>(nil)
         let upgradeResult = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
-            .connectTimeout(.nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000))
+            .connectTimeout(TimeAmount(timeout))
             .connect(host: proxy?.host ?? bareHost, port: proxy?.port ?? port) { channel in
                 opened.withLock { $0 = channel }
                 return channel.eventLoop.makeCompletedFuture {
@@ -94,7 +94,7 @@ public final class WebSocketConnection: Sendable {
                             channel, path: path, hostHeader: hostHeader, headers: headers)
                     }
                     guard let proxy else { return try setUp() }
-                    let deadline = NIODeadline.now() + .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
+                    let deadline = NIODeadline.now() + TimeAmount(timeout)
                     return try proxy.establishTunnel(on: channel, to: bareHost, port: port, deadline: deadline)
                         .flatMapThrowing { try setUp() }.flatMap { $0 }
                 }
@@ -111,7 +111,7 @@ public final class WebSocketConnection: Sendable {
                 }
             }
             let timer = upgradeResult.eventLoop.scheduleTask(
-                in: .nanoseconds(Int64(timeout.components.seconds) * 1_000_000_000)
+                in: TimeAmount(timeout)
             ) {
                 guard let waiting = take() else { return }
                 opened.withLock { $0?.close(promise: nil) }
@@ -178,24 +178,22 @@ public final class WebSocketConnection: Sendable {
 
     /// Sends `text` whenever nothing else went out for `interval`, until the connection ends.
     public func keepAlive(_ text: String, every interval: Duration) {
-        let nanoseconds =
-            UInt64(interval.components.seconds) * 1_000_000_000
-            + UInt64(interval.components.attoseconds / 1_000_000_000)
+        let quietLimit = TimeAmount(interval)
         // One timer, armed for when the connection would have been quiet that long.
-        @Sendable func arm(at deadline: UInt64) {
-            channel.eventLoop.scheduleTask(deadline: .uptimeNanoseconds(deadline)) { [self] in
+        @Sendable func arm(at deadline: NIODeadline) {
+            channel.eventLoop.scheduleTask(deadline: deadline) { [self] in
                 guard channel.isActive, !closed.load(ordering: .relaxed) else { return }
-                let quietSince = lastSent.load(ordering: .relaxed)
-                let now = NIODeadline.now().uptimeNanoseconds
-                if now >= quietSince + nanoseconds {
+                let quietSince = NIODeadline.uptimeNanoseconds(lastSent.load(ordering: .relaxed))
+                let now = NIODeadline.now()
+                if now >= quietSince + quietLimit {
                     send(text: text)
-                    arm(at: now + nanoseconds)
+                    arm(at: now + quietLimit)
                 } else {
-                    arm(at: quietSince + nanoseconds)
+                    arm(at: quietSince + quietLimit)
                 }
             }
         }
-        arm(at: lastSent.load(ordering: .relaxed) + nanoseconds)
+        arm(at: .uptimeNanoseconds(lastSent.load(ordering: .relaxed)) + quietLimit)
     }
 
     private func write(_ frame: WebSocketFrame) {
