@@ -57,13 +57,32 @@ let package = Package(
             name: "History",
             dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strictness),
+        // The speech core: sessions, transcript, events. Knows no D-Bus.
+        .target(
+            name: "Speech",
+            dependencies: [
+                "Capture", "Recognition", "History",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: strictness),
+        // The one typed declaration of io.github.sttd.Speech1: names, methods, properties, signals.
+        .target(name: "SpeechAPI", dependencies: ["DBus"], swiftSettings: strictness),
+        // The bus adapter: the only code that maps the core onto io.github.sttd.Speech1.
+        .target(
+            name: "SpeechBus",
+            dependencies: ["Speech", "SpeechAPI", "DBus", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictness),
+        // What sttd runs: the builder its main and the in-process tests call.
         .target(
             name: "Service",
             dependencies: [
-                "DBus", "Capture", "Recognition", "History", "CSttdSystem",
+                "DBus", "Capture", "Recognition", "History", "Speech", "SpeechAPI", "SpeechBus", "CSttdSystem",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-                .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "UnixSignals", package: "swift-service-lifecycle"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
@@ -71,7 +90,7 @@ let package = Package(
         .target(
             name: "Control",
             dependencies: [
-                "DBus", "History",
+                "DBus", "History", "SpeechAPI",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness),
@@ -87,7 +106,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "DBus", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
+                "DBus", "SpeechAPI", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -97,7 +116,8 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: strictness),
         .executableTarget(
-            name: "sttd-bench", dependencies: ["CDBus", "DBus", "TestSupport"], path: "Benchmarks/sttd-bench",
+            name: "sttd-bench", dependencies: ["CDBus", "DBus", "SpeechAPI", "TestSupport"],
+            path: "Benchmarks/sttd-bench",
             swiftSettings: strictness),
 
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"], swiftSettings: strictness),
@@ -109,9 +129,14 @@ let package = Package(
         .testTarget(
             name: "HistoryTests", dependencies: ["History", "TestSupport"], swiftSettings: strictness),
         .testTarget(
-            name: "ServiceTests", dependencies: ["Service", "TestSupport"], swiftSettings: strictness),
+            name: "SpeechTests", dependencies: ["Speech", "Capture", "Recognition", "History", "TestSupport"],
+            swiftSettings: strictness),
         .testTarget(
-            name: "IntegrationTests", dependencies: ["DBus", "History", "Service", "TestSupport"],
+            name: "ServiceTests",
+            dependencies: ["Service", "Speech", "SpeechAPI", "SpeechBus", "DBus", "History", "TestSupport"],
+            swiftSettings: strictness),
+        .testTarget(
+            name: "IntegrationTests", dependencies: ["DBus", "History", "Service", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),
     ],
     swiftLanguageModes: [.v6]

@@ -1,6 +1,7 @@
 import CDBus
 import DBus
 import Foundation
+import SpeechAPI
 import Synchronization
 import TestSupport
 
@@ -298,12 +299,12 @@ enum Benchmarks {
         var samples: [Double] = []
         for _ in 0..<20 {
             let started = ContinuousClock.now
-            _ = try await busCall("StartServiceByName", [.string("io.github.sttd.Speech1"), .uint32(0)])
+            _ = try await busCall("StartServiceByName", [.string(SpeechAPI.busName), .uint32(0)])
             samples.append(milliseconds(ContinuousClock.now - started))
-            let owner = try await busCall("GetConnectionUnixProcessID", [.string("io.github.sttd.Speech1")])
+            let owner = try await busCall("GetConnectionUnixProcessID", [.string(SpeechAPI.busName)])
             if let pid = owner.first?.uint32 { kill(pid_t(pid), SIGTERM) }
             for _ in 0..<200 {
-                let owned = try await busCall("NameHasOwner", [.string("io.github.sttd.Speech1")])
+                let owned = try await busCall("NameHasOwner", [.string(SpeechAPI.busName)])
                 if owned.first?.boolean != true { break }
                 try await Task.sleep(for: .milliseconds(10))
             }

@@ -216,14 +216,18 @@ class PulseWorker: @unchecked Sendable {
     }
 }
 
-/// A live microphone stream: chunks arrive on ``chunks`` until ``stop()`` or a failure.
-public struct Capture: Sendable {
+/// A live microphone stream: chunks arrive on ``chunks`` (or at the `deliver` function) until
+/// ``stop()`` or a failure.
+public struct Capture: MicrophoneStream {
     fileprivate let worker: CaptureWorker
 
-    /// Chunks of audio (none when they go to a `deliver` function). Ends normally after ``stop()``, or throws a ``CaptureError`` (kind `.lost` or `.sourceLost`)
-    /// when the server or source goes away. Holds at most 10 s of audio for a stalled consumer,
-    /// dropping the oldest beyond that, so a hung consumer cannot grow memory without bound.
+    /// Chunks of audio (none when they go to a `deliver` function). Ends normally after ``stop()``,
+    /// or throws a ``CaptureError`` (kind `.lost` or `.sourceLost`) when the server or source goes
+    /// away. Bounded: a consumer that falls 10 s behind ends the stream with an error (kind
+    /// `.failed`) rather than growing memory or losing audio silently.
     public var chunks: AsyncThrowingStream<AudioChunk, any Error> { worker.chunks }
+
+    public func ended() async -> CaptureError? { await worker.ended() }
 
     /// Stops capture. Audio the server has already recorded (up to one chunk, which it sends
     /// when the chunk is full or within its duration) is still delivered, then ``chunks`` ends.
@@ -246,6 +250,9 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     private var pending: [Int16] = []
     private var opened: CheckedContinuation<Void, any Error>?
     private var isOpen = false
+    /// How capture ended (set once, on the worker thread) and who waits for it.
+    private let endState = Mutex<(outcome: CaptureError??, waiters: [CheckedContinuation<CaptureError?, Never>])>(
+        (nil, []))
 
     init(source: String?, chunkSamples: Int, logger: Logger, deliver: (@Sendable (AudioChunk) -> Void)?) {
         self.source = source
@@ -347,7 +354,34 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     }
 
     private func output(_ chunk: AudioChunk) {
-        if let deliver { deliver(chunk) } else { continuation.yield(chunk) }
+        if let deliver { return deliver(chunk) }
+        if case .dropped = continuation.yield(chunk) {
+            let error = CaptureError(.failed, "The audio consumer fell 10 s behind; capture stopped.")
+            continuation.finish(throwing: error)
+            end(error)
+        }
+    }
+
+    /// Waits for the end of capture: nil when stopped, else why it ended.
+    func ended() async -> CaptureError? {
+        await withCheckedContinuation { continuation in
+            let outcome = endState.withLock { state -> CaptureError?? in
+                if state.outcome == nil { state.waiters.append(continuation) }
+                return state.outcome
+            }
+            if let outcome { continuation.resume(returning: outcome) }
+        }
+    }
+
+    /// Records the end once and wakes whoever waits for it.
+    private func end(_ error: CaptureError?) {
+        let waiters = endState.withLock { state -> [CheckedContinuation<CaptureError?, Never>] in
+            guard state.outcome == nil else { return [] }
+            state.outcome = .some(error)
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: error) }
     }
 
     override func failed(_ error: CaptureError) {
@@ -360,6 +394,7 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
                 ? CaptureError(.lost, "Lost the sound server while listening: \(error.message)") : error
             continuation.finish(throwing: lost)
             isOpen = false
+            end(lost)
         }
     }
 
@@ -376,6 +411,7 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
         opened?.resume(throwing: CaptureError(.failed, "Capture was stopped before it started."))
         opened = nil
         continuation.finish()
+        end(nil)
     }
 }
 

@@ -1,11 +1,12 @@
 import DBus
 import Foundation
+import SpeechAPI
 
 /// A client of `io.github.sttd.Speech1` for `sttctl` and other Swift programs.
 public struct SpeechClient: Sendable {
-    public static let name = "io.github.sttd.Speech1"
-    public static let path = "/io/github/sttd/Speech1"
-    public static let interface = "io.github.sttd.Speech1"
+    public static let name = SpeechAPI.busName
+    public static let path = SpeechAPI.objectPath
+    public static let interface = SpeechAPI.interface
 
     let connection: DBusConnection
 
@@ -29,9 +30,11 @@ public struct SpeechClient: Sendable {
 
     /// Calls a method of the interface; errors become exit codes 3 or 4 with a message.
     @discardableResult
-    public func call(_ member: String, _ arguments: [DBusValue] = [], interface: String = SpeechClient.interface)
-        async throws -> [DBusValue]
-    {
+    public func call(_ method: SpeechMethod, _ arguments: [DBusValue] = []) async throws -> [DBusValue] {
+        try await call(method.name, arguments, interface: Self.interface)
+    }
+
+    private func call(_ member: String, _ arguments: [DBusValue], interface: String) async throws -> [DBusValue] {
         do {
             return try await connection.call(
                 destination: Self.name, path: Self.path, interface: interface, member: member, arguments: arguments,
@@ -41,10 +44,10 @@ public struct SpeechClient: Sendable {
         }
     }
 
-    public func property(_ name: String) async throws -> DBusValue {
+    public func property<Value>(_ property: SpeechProperty<Value>) async throws -> Value? {
         let reply = try await call(
-            "Get", [.string(Self.interface), .string(name)], interface: "org.freedesktop.DBus.Properties")
-        return reply.first?.variantValue ?? .string("")
+            "Get", [.string(Self.interface), .string(property.name)], interface: "org.freedesktop.DBus.Properties")
+        return reply.first?.variantValue.flatMap(Value.init(dbusValue:))
     }
 
     /// Every property, in the service's order.
@@ -59,16 +62,17 @@ public struct SpeechClient: Sendable {
         let signals: AsyncStream<DBusSignalMessage>
         do {
             signals = try await connection.signals(
-                sender: Self.name, path: Self.path, interface: Self.interface, member: "TranscriptChanged")
+                sender: Self.name, path: Self.path, interface: Self.interface,
+                member: SpeechSignal.transcriptChanged(transcript: "", segment: "", isFinal: false).name)
         } catch {
             throw Self.failure(error)
         }
         return AsyncStream { continuation in
             let task = Task {
                 for await signal in signals {
-                    guard signal.arguments.count == 3, let transcript = signal.arguments[0].string,
-                        let segment = signal.arguments[1].string, let isFinal = signal.arguments[2].boolean
-                    else { continue }
+                    guard case .transcriptChanged(let transcript, let segment, let isFinal) = SpeechSignal(signal) else {
+                        continue
+                    }
                     continuation.yield(TranscriptUpdate(transcript: transcript, segment: segment, isFinal: isFinal))
                 }
                 continuation.finish()

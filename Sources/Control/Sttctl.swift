@@ -1,6 +1,7 @@
 import ArgumentParser
 import DBus
 import Foundation
+import SpeechAPI
 
 /// A failure that ends `sttctl` with one of the contract's exit codes.
 struct ControlFailure: Error {
@@ -22,7 +23,7 @@ public struct Sttctl: AsyncParsableCommand {
             Exit codes: 0 success, 1 the history cannot be read, 2 usage error, 3 service not reachable, 4 the service returned an error.
             Bind `sttctl toggle` to a key to get a dictation button.
             """,
-        version: "0.1.0",
+        version: SpeechAPI.version,
         subcommands: [
             Start.self, Stop.self, Toggle.self, Cancel.self, Reset.self, Status.self, TranscriptCommand.self,
             Watch.self, Sources.self, Authorize.self, HistoryCommand.self, Last.self,
@@ -106,7 +107,7 @@ struct Start: AsyncParsableCommand {
     @OptionGroup var flags: SessionFlags
 
     func run() async throws {
-        try await SpeechClient.connect().call("StartTranscribing", [flags.options])
+        try await SpeechClient.connect().call(.startTranscribing, [flags.options])
     }
 }
 
@@ -114,7 +115,7 @@ struct Stop: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Stop dictation and print the final transcript.")
 
     func run() async throws {
-        let reply = try await SpeechClient.connect().call("StopTranscribing")
+        let reply = try await SpeechClient.connect().call(.stopTranscribing)
         print(reply.first?.string ?? "")
     }
 }
@@ -126,21 +127,21 @@ struct Toggle: AsyncParsableCommand {
 
     func run() async throws {
         let client = try await SpeechClient.connect()
-        let reply = try await client.call("ToggleTranscribing", [flags.options])
+        let reply = try await client.call(.toggleTranscribing, [flags.options])
         if reply.first?.boolean == false {
-            print(try await client.property("Transcript").string ?? "")
+            print(try await client.property(.transcript) ?? "")
         }
     }
 }
 
 struct Cancel: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Stop at once, dropping text not yet final.")
-    func run() async throws { try await SpeechClient.connect().call("CancelTranscribing") }
+    func run() async throws { try await SpeechClient.connect().call(.cancelTranscribing) }
 }
 
 struct Reset: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Clear the transcript (listening goes on).")
-    func run() async throws { try await SpeechClient.connect().call("ResetTranscript") }
+    func run() async throws { try await SpeechClient.connect().call(.resetTranscript) }
 }
 
 struct Status: AsyncParsableCommand {
@@ -162,7 +163,7 @@ struct TranscriptCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "transcript", abstract: "Print the current transcript.")
     func run() async throws {
-        print(try await SpeechClient.connect().property("Transcript").string ?? "")
+        print(try await SpeechClient.connect().property(.transcript) ?? "")
     }
 }
 
@@ -200,7 +201,7 @@ struct Watch: AsyncParsableCommand {
 struct Sources: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List PulseAudio capture sources (* marks the default).")
     func run() async throws {
-        let reply = try await SpeechClient.connect().call("ListSources")
+        let reply = try await SpeechClient.connect().call(.listSources)
         guard case .array(_, let items)? = reply.first else { return }
         for case .structure(let fields) in items where fields.count == 3 {
             let marker = fields[2].boolean == true ? "*" : " "
@@ -214,8 +215,8 @@ struct Authorize: AsyncParsableCommand {
         abstract: "Check the microphone and the recognizer's credentials now and print the authorization status.")
     func run() async throws {
         let client = try await SpeechClient.connect()
-        let reply = try await client.call("RequestAuthorization")
-        let microphone = try await client.property("MicrophoneStatus").string ?? ""
+        let reply = try await client.call(.requestAuthorization)
+        let microphone = try await client.property(.microphoneStatus) ?? ""
         print("recognizer: \(reply.first?.string ?? "")")
         print("microphone: \(microphone)")
     }

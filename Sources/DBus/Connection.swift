@@ -1,5 +1,6 @@
 import CDBus
 import Foundation
+import Logging
 import Synchronization
 
 /// A signal received from the bus.
@@ -36,8 +37,17 @@ public final class DBusConnection: Sendable {
     }
 
     /// Connects and registers with the bus, on the connection's own thread.
-    public static func connect(to bus: Bus = .session) async throws(DBusError) -> DBusConnection {
-        let loop = try ConnectionLoop()
+    public static func connect(to bus: Bus = .session, logger: Logger = Logger(label: "sttd.dbus"))
+        async throws(DBusError) -> DBusConnection
+    {
+        try await connect(to: bus, bounds: .standard, logger: logger)
+    }
+
+    /// Connects with a job queue of the given bounds (tests use small ones).
+    static func connect(to bus: Bus, bounds: ConnectionLoop.Bounds, logger: Logger = Logger(label: "sttd.dbus"))
+        async throws(DBusError) -> DBusConnection
+    {
+        let loop = try ConnectionLoop(bounds: bounds, logger: logger)
         let result = await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<String, DBusError>, Never>) in
             let thread = Thread { loop.run(bus: bus, ready: { continuation.resume(returning: $0) }) }
@@ -61,9 +71,8 @@ public final class DBusConnection: Sendable {
         destination: String, path: String, interface: String?, member: String,
         arguments: [DBusValue] = [], timeout: Duration = .seconds(25)
     ) async throws(DBusError) -> [DBusValue] {
-        let message = try Message.methodCall(
-            destination: destination, path: path, interface: interface, member: member)
-        try message.append(arguments)
+        let message = try OutgoingMessage.methodCall(
+            destination: destination, path: path, interface: interface, member: member, arguments: arguments)
         let timeoutMilliseconds = Int32(clamping: timeout.components.seconds * 1000)
         let result = await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<[DBusValue], DBusError>, Never>) in
@@ -78,8 +87,8 @@ public final class DBusConnection: Sendable {
     public func emitSignal(path: String, interface: String, member: String, arguments: [DBusValue])
         throws(DBusError)
     {
-        let message = try Message.signal(path: path, interface: interface, member: member)
-        try message.append(arguments)
+        let message = try OutgoingMessage.signal(
+            path: path, interface: interface, member: member, arguments: arguments)
         _ = loop.perform { loop in loop.send(message) }
     }
 
@@ -161,19 +170,43 @@ final class PendingReply: Sendable {
 
 /// The owner thread's event loop around one libdbus connection.
 ///
+/// Other threads hand the owner thread jobs through ``perform(_:droppable:)``; the queue is
+/// bounded. Up to the soft bound (4096 jobs) every job is taken. Beyond it, droppable jobs
+/// (high-rate signals such as meter levels, whose next value supersedes them) are refused and
+/// counted, with one warning per overflow episode; an episode ends when the owner thread drains
+/// the queue. Other jobs (replies, property changes, ordinary signals) are still taken up to the
+/// hard bound (65 536): a queue that long means the owner thread is wedged, so the connection is
+/// closed with an error logged. ``DBusConnection/waitUntilDisconnected()`` then returns at once,
+/// the service shuts down and its supervisor restarts it.
+///
 /// `@unchecked Sendable`: the properties marked "owner thread" are read and written only on the
-/// thread running ``run(bus:ready:)``; other threads reach them only through ``perform(_:)``,
-/// which queues a job under `jobs`' lock and wakes the thread through the eventfd.
+/// thread running ``run(bus:ready:)``; other threads reach them only through `perform`, which
+/// queues a job under `shared`'s lock and wakes the thread through the self-pipe.
 final class ConnectionLoop: @unchecked Sendable {
     typealias Job = @Sendable (ConnectionLoop) -> Void
+
+    /// How many jobs may wait for the owner thread.
+    struct Bounds: Sendable {
+        /// Beyond this many queued jobs, droppable jobs are refused.
+        var soft: Int
+        /// Beyond this many, the owner thread is taken to be wedged and the connection closes.
+        var hard: Int
+        static let standard = Bounds(soft: 4096, hard: 65_536)
+    }
 
     private struct Shared {
         var jobs: [Job] = []
         var ended = false
         var closeRequested = false
         var endWaiters: [CheckedContinuation<Void, Never>] = []
+        var droppedJobs = 0
+        // Set from the first refused job until the owner thread drains the queue.
+        var overflowing = false
+        var droppedThisEpisode = 0
     }
     private let shared = Mutex(Shared())
+    private let bounds: Bounds
+    let logger: Logger
     // A self-pipe: other threads write a byte to wake the owner thread out of poll().
     private let wakeFD: Int32
     private let wakeWriteFD: Int32
@@ -186,7 +219,9 @@ final class ConnectionLoop: @unchecked Sendable {
     var subscriptions: [UInt64: SignalSubscription] = [:]
     private var disconnected = false
 
-    init() throws(DBusError) {
+    init(bounds: Bounds = .standard, logger: Logger) throws(DBusError) {
+        self.bounds = bounds
+        self.logger = logger
         dbus_threads_init_default()
         var fds: [Int32] = [0, 0]
         guard pipe(&fds) == 0 else { throw .failed("cannot create a pipe: \(String(cString: strerror(errno)))") }
@@ -204,17 +239,62 @@ final class ConnectionLoop: @unchecked Sendable {
 
     var hasEnded: Bool { shared.withLock { $0.ended } }
 
-    /// Queues a job for the owner thread; false if the loop has ended.
+    /// How many droppable jobs have been refused since the loop started.
+    var droppedJobs: Int { shared.withLock { $0.droppedJobs } }
+
+    private enum Admission {
+        case queued(first: Bool)
+        case ended
+        case dropped(firstInEpisode: Bool)
+        case wedged(queued: Int, waiters: [CheckedContinuation<Void, Never>])
+    }
+
+    /// Queues a job for the owner thread; false if the loop has ended or the job was refused
+    /// under the queue's bounds (see the type's documentation).
     @discardableResult
-    func perform(_ job: @escaping Job) -> Bool {
-        let (queued, first) = shared.withLock { shared -> (Bool, Bool) in
-            guard !shared.ended else { return (false, false) }
+    func perform(_ job: @escaping Job, droppable: Bool = false) -> Bool {
+        let admission = shared.withLock { shared -> Admission in
+            guard !shared.ended else { return .ended }
+            let count = shared.jobs.count
+            if droppable && count >= bounds.soft {
+                shared.droppedJobs += 1
+                shared.droppedThisEpisode += 1
+                defer { shared.overflowing = true }
+                return .dropped(firstInEpisode: !shared.overflowing)
+            }
+            if count >= bounds.hard {
+                // Refuse everything from now on; the owner thread closes the connection if it
+                // ever comes back, and waiters learn now that the connection is gone.
+                shared.ended = true
+                shared.closeRequested = true
+                defer { shared.endWaiters.removeAll() }
+                return .wedged(queued: count, waiters: shared.endWaiters)
+            }
             shared.jobs.append(job)
-            return (true, shared.jobs.count == 1)
+            return .queued(first: count == 0)
         }
-        // The thread takes every queued job per wake-up: one byte for the first is enough.
-        if first { wake() }
-        return queued
+        switch admission {
+        case .queued(let first):
+            // The thread takes every queued job per wake-up: one byte for the first is enough.
+            if first { wake() }
+            return true
+        case .ended:
+            return false
+        case .dropped(let firstInEpisode):
+            if firstInEpisode {
+                logger.warning(
+                    "The D-Bus connection is falling behind; dropping high-rate signals until it catches up",
+                    metadata: ["queued": "\(bounds.soft)"])
+            }
+            return false
+        case .wedged(let queued, let waiters):
+            logger.error(
+                "The D-Bus connection thread is not taking its work; closing the connection",
+                metadata: ["queued": "\(queued)"])
+            wake()
+            for waiter in waiters { waiter.resume() }
+            return false
+        }
     }
 
     func requestClose() {
@@ -239,14 +319,51 @@ final class ConnectionLoop: @unchecked Sendable {
 
     // MARK: Owner thread
 
-    func send(_ message: Message) {
+    private func send(_ message: Message) {
         guard let raw, !disconnected else { return }
         dbus_connection_send(raw, message.raw, nil)
     }
 
-    func sendWithReply(_ message: Message, timeout: Int32, box: PendingReply) {
+    func send(_ outgoing: OutgoingMessage) {
+        guard raw != nil, !disconnected else { return }
+        do {
+            send(try outgoing.build())
+        } catch {
+            logger.error("Cannot build a D-Bus message", metadata: ["error": "\(error.message)"])
+        }
+    }
+
+    /// Builds and sends the reply to a method call.
+    func sendReply(_ outcome: DBusReply.Outcome, to address: ReplyAddress) {
+        guard raw != nil, !disconnected else { return }
+        let message: Message? =
+            switch outcome {
+            case .values(let values):
+                Message.methodReturn(to: address, values)
+                    ?? Message.error(to: address, .failed("out of memory marshalling the reply"))
+            case .error(let error): Message.error(to: address, error)
+            }
+        guard let message else {
+            return logger.error("Cannot build a D-Bus reply: out of memory", metadata: ["serial": "\(address.serial)"])
+        }
+        send(message)
+    }
+
+    /// The reply object for a method call that has just arrived.
+    func reply(to call: Message, member: String, outputs: [DBusType]) -> DBusReply {
+        DBusReply(to: ReplyAddress(of: call), member: member, outputs: outputs, loop: self)
+    }
+
+    func sendWithReply(_ outgoing: OutgoingMessage, timeout: Int32, box: PendingReply) {
         guard let raw, !disconnected else {
             box.complete(.failure(.disconnected("the bus connection is closed")))
+            return
+        }
+        let message: Message
+        do {
+            message = try outgoing.build()
+        } catch {
+            box.complete(.failure(error))
             return
         }
         var pending: OpaquePointer? = nil
@@ -374,10 +491,9 @@ final class ConnectionLoop: @unchecked Sendable {
     private func dispatchToObject(_ message: Message) {
         guard message.type == DBUS_MESSAGE_TYPE_METHOD_CALL, let path = message.path else { return }
         if let object = objects[path] {
-            object.handle(message)
+            object.handle(message, on: self)
             return
         }
-        let responder = Responder(message: message, loop: self)
         if message.interface == "org.freedesktop.DBus.Introspectable" && message.member == "Introspect" {
             let prefix = path == "/" ? "/" : path + "/"
             let children = Set(
@@ -385,18 +501,31 @@ final class ConnectionLoop: @unchecked Sendable {
                     $0.dropFirst(prefix.count).split(separator: "/").first.map(String.init)
                 })
             if !children.isEmpty {
-                responder.reply([.string(Introspection.node(children: children.sorted()))])
+                reply(to: message, member: "Introspect", outputs: [.string]).send([
+                    .string(Introspection.node(children: children.sorted()))
+                ])
                 return
             }
         }
-        responder.fail(.unknownObject("No object at path \(path)"))
+        reply(to: message, member: message.member ?? "", outputs: []).fail(
+            DBusError.unknownObject("No object at path \(path)"))
     }
 
     private func loop() {
         while true {
-            let (jobs, closeRequested) = shared.withLock { shared -> ([Job], Bool) in
-                defer { shared.jobs.removeAll() }
-                return (shared.jobs, shared.closeRequested)
+            let (jobs, closeRequested, dropped) = shared.withLock { shared -> ([Job], Bool, Int?) in
+                defer { shared.jobs = [] }
+                // Draining the queue ends an overflow episode.
+                var dropped: Int? = nil
+                if shared.overflowing {
+                    dropped = shared.droppedThisEpisode
+                    shared.overflowing = false
+                    shared.droppedThisEpisode = 0
+                }
+                return (shared.jobs, shared.closeRequested, dropped)
+            }
+            if let dropped {
+                logger.notice("The D-Bus connection caught up", metadata: ["droppedSignals": "\(dropped)"])
             }
             for job in jobs { job(self) }
             dispatchAll()

@@ -2,10 +2,10 @@ import CDBus
 
 /// An owned reference to a libdbus message.
 ///
-/// `@unchecked Sendable`: libdbus reference counts are atomic once `dbus_threads_init_default`
-/// has run (``DBusConnection`` calls it), and the binding only reads or appends to a message on
-/// the connection's owner thread, never on two threads at once.
-final class Message: @unchecked Sendable {
+/// Not `Sendable`: a message is created, read and sent only on the connection's owner thread.
+/// Other threads describe what to send with Sendable values (``OutgoingMessage``,
+/// ``ReplyAddress``, ``DBusValue``) and the owner thread builds the message from them.
+final class Message {
     let raw: OpaquePointer
 
     init(adopting raw: OpaquePointer) { self.raw = raw }
@@ -24,37 +24,33 @@ final class Message: @unchecked Sendable {
     var signature: String { dbus_message_get_signature(raw).map { String(cString: $0) } ?? "" }
     var expectsReply: Bool { dbus_message_get_no_reply(raw) == 0 }
 
-    static func methodCall(destination: String?, path: String, interface: String?, member: String)
-        throws(DBusError) -> Message
-    {
-        if let destination { try Validate.busName(destination) }
-        try Validate.path(path)
-        if let interface { try Validate.interface(interface) }
-        try Validate.member(member)
-        guard let raw = dbus_message_new_method_call(destination, path, interface, member) else {
-            throw .failed("out of memory creating a method call")
-        }
-        return Message(adopting: raw)
+    /// A method return to the call at `address`, as `dbus_message_new_method_return` builds it;
+    /// nil when out of memory. The values must have passed `Marshal.check`.
+    static func methodReturn(to address: ReplyAddress, _ values: [DBusValue]) -> Message? {
+        guard let message = reply(DBUS_MESSAGE_TYPE_METHOD_RETURN, to: address),
+            (try? message.append(values)) != nil
+        else { return nil }
+        return message
     }
 
-    static func signal(path: String, interface: String, member: String) throws(DBusError) -> Message {
-        try Validate.path(path)
-        try Validate.interface(interface)
-        try Validate.member(member)
-        guard let raw = dbus_message_new_signal(path, interface, member) else {
-            throw .failed("out of memory creating a signal")
-        }
-        return Message(adopting: raw)
+    /// An error reply to the call at `address`, as `dbus_message_new_error` builds it; nil when
+    /// out of memory. The name must be valid and the text free of NULs (see ``DBusReply``).
+    static func error(to address: ReplyAddress, _ error: DBusError) -> Message? {
+        guard let message = reply(DBUS_MESSAGE_TYPE_ERROR, to: address),
+            dbus_message_set_error_name(message.raw, error.name) != 0,
+            (try? message.append([.string(error.message)])) != nil
+        else { return nil }
+        return message
     }
 
-    func methodReturn() -> Message? {
-        dbus_message_new_method_return(raw).map(Message.init(adopting:))
-    }
-
-    func errorReply(_ error: DBusError) -> Message? {
-        let name = Validate.isErrorName(error.name) ? error.name : DBusError.failed("").name
-        let text = Marshal.sanitized(error.message)
-        return dbus_message_new_error(raw, name, text).map(Message.init(adopting:))
+    private static func reply(_ type: Int32, to address: ReplyAddress) -> Message? {
+        guard let raw = dbus_message_new(type) else { return nil }
+        let message = Message(adopting: raw)
+        guard dbus_message_set_reply_serial(raw, address.serial) != 0 else { return nil }
+        // The sender came from the bus daemon, so it is a valid name; peer-to-peer calls have none.
+        if let sender = address.sender, dbus_message_set_destination(raw, sender) == 0 { return nil }
+        dbus_message_set_no_reply(raw, 1)
+        return message
     }
 
     /// The message's arguments, decoded.
@@ -77,6 +73,86 @@ final class Message: @unchecked Sendable {
         for value in values {
             guard Marshal.append(value, to: &iter) else { throw .failed("out of memory marshalling") }
         }
+    }
+}
+
+/// Where the reply to a method call goes: enough to build it later, on the owner thread.
+struct ReplyAddress: Sendable {
+    var serial: UInt32
+    var sender: String?
+    var expectsReply: Bool
+
+    init(serial: UInt32, sender: String?, expectsReply: Bool) {
+        self.serial = serial
+        self.sender = sender
+        self.expectsReply = expectsReply
+    }
+
+    init(of call: Message) {
+        self.init(serial: dbus_message_get_serial(call.raw), sender: call.sender, expectsReply: call.expectsReply)
+    }
+}
+
+/// A method call or signal described by Sendable values. Creating one validates every name and
+/// value on the caller's thread, so errors reach the caller; ``build()`` makes the libdbus
+/// message on the owner thread.
+struct OutgoingMessage: Sendable {
+    private enum Kind: Sendable {
+        case methodCall(destination: String?)
+        case signal
+    }
+    private let kind: Kind
+    private let path: String
+    private let interface: String?
+    private let member: String
+    private let arguments: [DBusValue]
+
+    static func methodCall(
+        destination: String?, path: String, interface: String?, member: String, arguments: [DBusValue]
+    ) throws(DBusError) -> OutgoingMessage {
+        if let destination { try Validate.busName(destination) }
+        let message = OutgoingMessage(
+            kind: .methodCall(destination: destination), path: path, interface: interface, member: member,
+            arguments: arguments)
+        try message.validate()
+        return message
+    }
+
+    static func signal(path: String, interface: String, member: String, arguments: [DBusValue])
+        throws(DBusError) -> OutgoingMessage
+    {
+        let message = OutgoingMessage(
+            kind: .signal, path: path, interface: interface, member: member, arguments: arguments)
+        try message.validate()
+        return message
+    }
+
+    private init(kind: Kind, path: String, interface: String?, member: String, arguments: [DBusValue]) {
+        self.kind = kind
+        self.path = path
+        self.interface = interface
+        self.member = member
+        self.arguments = arguments
+    }
+
+    private func validate() throws(DBusError) {
+        try Validate.path(path)
+        if let interface { try Validate.interface(interface) }
+        try Validate.member(member)
+        for value in arguments { try Marshal.check(value, depth: 0) }
+    }
+
+    /// Owner thread: the libdbus message; throws only when out of memory.
+    func build() throws(DBusError) -> Message {
+        let raw: OpaquePointer? =
+            switch kind {
+            case .methodCall(let destination): dbus_message_new_method_call(destination, path, interface, member)
+            case .signal: dbus_message_new_signal(path, interface, member)
+            }
+        guard let raw else { throw .failed("out of memory creating a message") }
+        let message = Message(adopting: raw)
+        try message.append(arguments)
+        return message
     }
 }
 
@@ -126,7 +202,9 @@ enum Marshal {
 
     private static func code(_ ascii: Unicode.Scalar) -> Int32 { Int32(ascii.value) }
 
-    private static func appendBasic<T>(_ iter: inout DBusMessageIter, _ type: Unicode.Scalar, _ value: T)
+    private static func appendBasic<T: BitwiseCopyable>(
+        _ iter: inout DBusMessageIter, _ type: Unicode.Scalar, _ value: T
+    )
         -> Bool
     {
         var copy = value
@@ -195,7 +273,7 @@ enum Marshal {
         }
     }
 
-    private static func readBasic<T>(_ iter: inout DBusMessageIter, _ initial: T) -> T {
+    private static func readBasic<T: BitwiseCopyable>(_ iter: inout DBusMessageIter, _ initial: T) -> T {
         var value = initial
         dbus_message_iter_get_basic(&iter, &value)
         return value

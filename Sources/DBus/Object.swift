@@ -1,4 +1,4 @@
-import CDBus
+import Logging
 import Synchronization
 
 /// An argument of a method or signal: a name and a type.
@@ -29,7 +29,9 @@ extension DBusError: DBusErrorRepresentable {
 
 /// A method of an interface: its signature and the code that serves it.
 public struct DBusMethod: Sendable {
-    public typealias Handler = @Sendable (DBusMethodCall) async throws -> [DBusValue]
+    /// Serves one call. Runs on the connection's thread, in the order calls arrived, and must not
+    /// block: hand the work on and reply through the ``DBusReply`` when done, from any thread.
+    public typealias Handler = @Sendable (DBusMethodCall, DBusReply) -> Void
     public var name: String
     public var inputs: [DBusArgument]
     public var outputs: [DBusArgument]
@@ -49,7 +51,9 @@ public struct DBusMethod: Sendable {
 /// A property of an interface. Writable properties have a setter that validates and may
 /// normalize the new value; the binding stores what it returns and emits `PropertiesChanged`.
 public struct DBusProperty: Sendable {
-    public typealias Setter = @Sendable (DBusValue) async throws -> DBusValue
+    /// Validates and may normalize a value a client sets. Runs on the connection's thread and
+    /// must not block; a thrown error becomes the error reply.
+    public typealias Setter = @Sendable (DBusValue) throws -> DBusValue
     /// How clients learn about changes (the `EmitsChangedSignal` annotation).
     public enum ChangeSignal: String, Sendable {
         case emits = "true", invalidates, const, none = "false"
@@ -101,36 +105,22 @@ public struct DBusInterface: Sendable {
     }
 }
 
-/// Sends the single reply a method call gets.
-struct Responder: Sendable {
-    let message: Message
-    let loop: ConnectionLoop
-
-    func reply(_ values: [DBusValue]) {
-        guard message.expectsReply, let reply = message.methodReturn() else { return }
-        do {
-            try reply.append(values)
-        } catch {
-            return fail(.failed("the service produced an invalid reply: \(error.message)"))
-        }
-        loop.perform { $0.send(reply) }
-    }
-
-    func fail(_ error: DBusError) {
-        guard message.expectsReply, let reply = message.errorReply(error) else { return }
-        loop.perform { $0.send(reply) }
-    }
-}
-
 /// An object exported on a connection. Property values live here, so `Get` and `GetAll` are
 /// answered on the connection's thread without waiting for the service.
+///
+/// Emitting a signal or setting a property that the interfaces do not declare, or with values
+/// of the wrong types, is a programming error: it is logged, nothing is sent, and debug builds
+/// stop on an assertion.
 public final class DBusObject: Sendable {
     public let path: String
     public let interfaces: [DBusInterface]
+    private let logger: Logger
     private let values: Mutex<[String: [String: DBusValue]]>
     private let loop = Mutex<ConnectionLoop?>(nil)
 
-    public init(path: String, interfaces: [DBusInterface]) throws(DBusError) {
+    public init(path: String, interfaces: [DBusInterface], logger: Logger = Logger(label: "sttd.dbus"))
+        throws(DBusError)
+    {
         try Validate.path(path)
         for interface in interfaces {
             try Validate.interface(interface.name)
@@ -142,6 +132,7 @@ public final class DBusObject: Sendable {
         }
         self.path = path
         self.interfaces = interfaces
+        self.logger = logger
         var values: [String: [String: DBusValue]] = [:]
         for interface in interfaces {
             values[interface.name] = Dictionary(
@@ -160,25 +151,21 @@ public final class DBusObject: Sendable {
         return values.withLock { $0[owner]?[name] }
     }
 
-    /// Sets properties of one interface and emits one `PropertiesChanged` for those that changed.
+    /// Sets properties of one interface (by default the one declaring the first name) and emits
+    /// one `PropertiesChanged` for those that changed. All or none are set.
     public func setProperties(_ changes: [(String, DBusValue)], interface: String? = nil) {
-        guard let first = changes.first, let owner = interface ?? owningInterface(ofProperty: first.0),
-            let declaration = interfaces.first(where: { $0.name == owner })
-        else { return }
-        var changed: [(String, DBusValue)] = []
-        values.withLock { values in
-            for (name, value) in changes {
-                guard let property = declaration.properties.first(where: { $0.name == name }),
-                    property.type == value.type, values[owner]?[name] != value
-                else { continue }
-                values[owner]?[name] = value
-                if property.changeSignal == .emits { changed.append((name, value)) }
-            }
+        guard let first = changes.first else { return }
+        if let problem = check(properties: changes, interface: interface) { return report(problem) }
+        do {
+            for (_, value) in changes { try Marshal.check(value, depth: 0) }
+        } catch {
+            // Data, not a declaration, is at fault (e.g. a NUL in a string): no assertion.
+            return logger.error(
+                "Cannot set a property to a value D-Bus cannot carry",
+                metadata: ["path": "\(path)", "property": "\(first.0)", "error": "\(error.message)"])
         }
-        guard !changed.isEmpty else { return }
-        emit(
-            "PropertiesChanged", interface: "org.freedesktop.DBus.Properties",
-            [.string(owner), .vardict(changed), .strings([])])
+        guard let owner = interface ?? owningInterface(ofProperty: first.0) else { return }
+        store(changes, interface: owner)
     }
 
     /// Sets one property, emitting `PropertiesChanged` if its value changed.
@@ -186,143 +173,243 @@ public final class DBusObject: Sendable {
         setProperties([(name, value)], interface: interface)
     }
 
-    /// Emits a signal from this object.
-    public func emit(_ signal: String, interface: String? = nil, _ arguments: [DBusValue]) {
-        guard let loop = loop.withLock({ $0 }), let owner = interface ?? interfaces.first?.name else { return }
-        guard let message = try? Message.signal(path: path, interface: owner, member: signal),
-            (try? message.append(arguments)) != nil
-        else { return }
-        loop.perform { $0.send(message) }
+    /// Emits a signal from this object (from the interface declaring it unless `interface` says);
+    /// true if it was queued. `droppable` marks high-rate signals such as meter levels, which the
+    /// connection refuses rather than queue when it falls behind (see ``ConnectionLoop``).
+    @discardableResult
+    public func emit(_ signal: String, interface: String? = nil, _ arguments: [DBusValue], droppable: Bool = false)
+        -> Bool
+    {
+        if let problem = check(signal: signal, interface: interface, arguments: arguments) {
+            report(problem)
+            return false
+        }
+        guard let owner = interface ?? owningInterface(ofSignal: signal) else { return false }
+        let message: OutgoingMessage
+        do {
+            message = try .signal(path: path, interface: owner, member: signal, arguments: arguments)
+        } catch {
+            // Data, not a declaration, is at fault (e.g. a NUL in a string): no assertion.
+            logger.error(
+                "Cannot send a signal with a value D-Bus cannot carry",
+                metadata: ["path": "\(path)", "signal": "\(signal)", "error": "\(error.message)"])
+            return false
+        }
+        guard let loop = loop.withLock({ $0 }) else { return false }
+        return loop.perform({ $0.send(message) }, droppable: droppable)
     }
 
     /// The introspection XML of this object.
     public var introspectionXML: String { Introspection.object(interfaces) }
 
+    // MARK: Checks against the declaration
+
+    /// Signals of the standard interfaces an object may emit itself.
+    private static let standardDeclarations = [
+        DBusInterface(
+            name: "org.freedesktop.DBus.Properties",
+            signals: [
+                DBusSignal(
+                    "PropertiesChanged",
+                    arguments: [
+                        DBusArgument("interface_name", .string),
+                        DBusArgument("changed_properties", .dictionary(key: .string, value: .variant)),
+                        DBusArgument("invalidated_properties", .array(.string)),
+                    ])
+            ])
+    ]
+
+    /// What is wrong with emitting this signal, or nil if it matches its declaration.
+    func check(signal name: String, interface: String? = nil, arguments: [DBusValue]) -> String? {
+        var candidates = interfaces
+        if let interface {
+            candidates = (interfaces + Self.standardDeclarations).filter { $0.name == interface }
+            if candidates.isEmpty { return "\(path) has no interface \(interface)" }
+        }
+        guard let declaration = candidates.lazy.flatMap(\.signals).first(where: { $0.name == name }) else {
+            return "\(path) declares no signal \(name)" + (interface.map { " on \($0)" } ?? "")
+        }
+        let expected = declaration.arguments.map(\.type)
+        let actual = arguments.map(\.type)
+        guard actual == expected else {
+            return "signal \(name) takes (\(signatureString(expected))) but was given (\(signatureString(actual)))"
+        }
+        return nil
+    }
+
+    /// What is wrong with setting these properties, or nil if they match their declarations.
+    func check(properties changes: [(String, DBusValue)], interface: String? = nil) -> String? {
+        guard let first = changes.first else { return nil }
+        guard let owner = interface ?? owningInterface(ofProperty: first.0) else {
+            return "\(path) declares no property \(first.0)"
+        }
+        guard let declaration = interfaces.first(where: { $0.name == owner }) else {
+            return "\(path) has no interface \(owner)"
+        }
+        for (name, value) in changes {
+            guard let property = declaration.properties.first(where: { $0.name == name }) else {
+                return "\(owner) declares no property \(name)"
+            }
+            guard value.type == property.type else {
+                return "property \(name) has type '\(property.type)', not '\(value.type)'"
+            }
+        }
+        return nil
+    }
+
+    private func report(_ problem: String) {
+        logger.error("D-Bus declaration not followed", metadata: ["path": "\(path)", "problem": "\(problem)"])
+        assertionFailure(problem)
+    }
+
     private func owningInterface(ofProperty name: String) -> String? {
         interfaces.first { $0.properties.contains { $0.name == name } }?.name
     }
 
-    // MARK: Connection thread
+    private func owningInterface(ofSignal name: String) -> String? {
+        interfaces.first { $0.signals.contains { $0.name == name } }?.name
+    }
 
-    func handle(_ message: Message) {
-        guard let loop = loop.withLock({ $0 }) else { return }
-        let responder = Responder(message: message, loop: loop)
-        let member = message.member ?? ""
-        switch message.interface {
-        case "org.freedesktop.DBus.Introspectable":
-            guard member == "Introspect" else {
-                return responder.fail(.unknownMethod("No method \(member) on org.freedesktop.DBus.Introspectable"))
+    /// Stores checked values and queues `PropertiesChanged` for those that changed.
+    private func store(_ changes: [(String, DBusValue)], interface owner: String) {
+        guard let declaration = interfaces.first(where: { $0.name == owner }) else { return }
+        values.withLock { values in
+            var changed: [(String, DBusValue)] = []
+            var invalidated: [String] = []
+            for (name, value) in changes where values[owner]?[name] != value {
+                values[owner]?[name] = value
+                switch declaration.properties.first(where: { $0.name == name })?.changeSignal {
+                case .emits?: changed.append((name, value))
+                case .invalidates?: invalidated.append(name)
+                default: break
+                }
             }
-            guard message.signature.isEmpty else {
-                return responder.fail(.invalidArgs("Introspect takes no arguments"))
-            }
-            responder.reply([.string(introspectionXML)])
-        case "org.freedesktop.DBus.Properties":
-            handleProperties(member, message, responder)
-        case let name?:
-            guard let interface = interfaces.first(where: { $0.name == name }) else {
-                return responder.fail(.unknownInterface("No interface \(name) at \(path)"))
-            }
-            guard let method = interface.methods.first(where: { $0.name == member }) else {
-                return responder.fail(.unknownMethod("No method \(member) on interface \(name)"))
-            }
-            invoke(method, message, responder)
-        case nil:
-            guard let method = interfaces.lazy.flatMap(\.methods).first(where: { $0.name == member }) else {
-                return responder.fail(.unknownMethod("No method \(member) at \(path)"))
-            }
-            invoke(method, message, responder)
+            guard !changed.isEmpty || !invalidated.isEmpty, let loop = loop.withLock({ $0 }),
+                let signal = try? OutgoingMessage.signal(
+                    path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                    arguments: [.string(owner), .vardict(changed), .strings(invalidated)])
+            else { return }
+            // Queued under the lock, so the signals leave in the order the values were stored.
+            loop.perform { $0.send(signal) }
         }
     }
 
-    private func invoke(_ method: DBusMethod, _ message: Message, _ responder: Responder) {
+    // MARK: Connection thread
+
+    func handle(_ message: Message, on loop: ConnectionLoop) {
+        let member = message.member ?? ""
+        switch message.interface {
+        case "org.freedesktop.DBus.Introspectable":
+            let reply = loop.reply(to: message, member: member, outputs: [.string])
+            guard member == "Introspect" else {
+                return reply.fail(
+                    DBusError.unknownMethod("No method \(member) on org.freedesktop.DBus.Introspectable"))
+            }
+            guard message.signature.isEmpty else {
+                return reply.fail(DBusError.invalidArgs("Introspect takes no arguments"))
+            }
+            reply.send([.string(introspectionXML)])
+        case "org.freedesktop.DBus.Properties":
+            handleProperties(member, message, loop)
+        case let name?:
+            guard let interface = interfaces.first(where: { $0.name == name }) else {
+                return loop.reply(to: message, member: member, outputs: []).fail(
+                    DBusError.unknownInterface("No interface \(name) at \(path)"))
+            }
+            guard let method = interface.methods.first(where: { $0.name == member }) else {
+                return loop.reply(to: message, member: member, outputs: []).fail(
+                    DBusError.unknownMethod("No method \(member) on interface \(name)"))
+            }
+            invoke(method, message, loop)
+        case nil:
+            guard let method = interfaces.lazy.flatMap(\.methods).first(where: { $0.name == member }) else {
+                return loop.reply(to: message, member: member, outputs: []).fail(
+                    DBusError.unknownMethod("No method \(member) at \(path)"))
+            }
+            invoke(method, message, loop)
+        }
+    }
+
+    private func invoke(_ method: DBusMethod, _ message: Message, _ loop: ConnectionLoop) {
+        let reply = loop.reply(to: message, member: method.name, outputs: method.outputs.map(\.type))
         let expected = signatureString(method.inputs.map(\.type))
         guard message.signature == expected else {
-            return responder.fail(
-                .invalidArgs(
+            return reply.fail(
+                DBusError.invalidArgs(
                     "\(method.name) takes arguments (\(expected)) but was called with (\(message.signature))"))
         }
         let call = DBusMethodCall(
             sender: message.sender ?? "", member: method.name, arguments: message.arguments())
-        let outputTypes = method.outputs.map(\.type)
-        // Started here, on the connection's thread, and run until the handler first suspends
-        // (typically on entering the service's actor): calls reach the service in the order they
-        // arrived. A plain `Task` would let two calls from one client overtake each other.
-        // Handlers must therefore not block before their first await, nor wait for this thread.
-        Task.immediate {
-            do {
-                let results = try await method.handler(call)
-                guard results.map(\.type) == outputTypes else {
-                    return responder.fail(.failed("\(method.name) produced a reply of the wrong type"))
-                }
-                responder.reply(results)
-            } catch {
-                responder.fail(Self.dbusError(for: error))
-            }
-        }
-    }
-
-    static func dbusError(for error: any Error) -> DBusError {
-        (error as? any DBusErrorRepresentable)?.dbusError ?? .failed("\(error)")
+        // Called here, on the connection's thread, so calls reach the service in the order they
+        // arrived; the handler hands the work on and replies later, from any thread.
+        method.handler(call, reply)
     }
 
     private static let standardInterfaces: Set<String> = [
         "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer",
     ]
 
-    private func handleProperties(_ member: String, _ message: Message, _ responder: Responder) {
+    private func handleProperties(_ member: String, _ message: Message, _ loop: ConnectionLoop) {
         let arguments = message.arguments()
         switch (member, message.signature) {
         case ("Get", "ss"):
-            guard let name = arguments[1].string, let found = lookUp(arguments[0].string ?? "", name, responder) else {
-                return
-            }
-            responder.reply([.variant(values.withLock { $0[found.interface]?[name] } ?? found.property.initialValue)])
+            let reply = loop.reply(to: message, member: member, outputs: [.variant])
+            let name = arguments[1].string ?? ""
+            guard let found = lookUp(arguments[0].string ?? "", name, reply) else { return }
+            reply.send([.variant(values.withLock { $0[found.interface]?[name] } ?? found.property.initialValue)])
         case ("GetAll", "s"):
+            let reply = loop.reply(
+                to: message, member: member, outputs: [.dictionary(key: .string, value: .variant)])
             let interfaceName = arguments[0].string ?? ""
-            if Self.standardInterfaces.contains(interfaceName) { return responder.reply([.vardict([])]) }
+            if Self.standardInterfaces.contains(interfaceName) { return reply.send([.vardict([])]) }
             guard let interface = interfaces.first(where: { $0.name == interfaceName }) else {
-                return responder.fail(.unknownInterface("No interface \(interfaceName) at \(path)"))
+                return reply.fail(DBusError.unknownInterface("No interface \(interfaceName) at \(path)"))
             }
             let current = values.withLock { $0[interface.name] ?? [:] }
-            responder.reply([
-                .vardict(interface.properties.map { ($0.name, current[$0.name] ?? $0.initialValue) })
-            ])
+            reply.send([.vardict(interface.properties.map { ($0.name, current[$0.name] ?? $0.initialValue) })])
         case ("Set", "ssv"):
-            guard let name = arguments[1].string, let found = lookUp(arguments[0].string ?? "", name, responder),
-                let value = arguments[2].variantValue
-            else { return }
+            let reply = loop.reply(to: message, member: member, outputs: [])
+            let name = arguments[1].string ?? ""
+            guard let found = lookUp(arguments[0].string ?? "", name, reply) else { return }
             guard let setter = found.property.setter else {
-                return responder.fail(.propertyReadOnly("Property \(name) is read-only"))
+                return reply.fail(DBusError.propertyReadOnly("Property \(name) is read-only"))
             }
-            guard value.type == found.property.type else {
-                return responder.fail(
-                    .invalidArgs("Property \(name) has type '\(found.property.type)', not '\(value.type)'"))
+            guard let value = arguments[2].variantValue, value.type == found.property.type else {
+                let given = arguments[2].variantValue?.type.signature ?? ""
+                return reply.fail(
+                    DBusError.invalidArgs("Property \(name) has type '\(found.property.type)', not '\(given)'"))
             }
-            Task.immediate {
-                do {
-                    let stored = try await setter(value)
-                    self.setProperty(name, stored, interface: found.interface)
-                    responder.reply([])
-                } catch {
-                    responder.fail(Self.dbusError(for: error))
-                }
+            let stored: DBusValue
+            do {
+                stored = try setter(value)
+                try Marshal.check(stored, depth: 0)
+            } catch {
+                return reply.fail(error)
             }
+            guard stored.type == found.property.type else {
+                reply.fail(DBusError.failed("the service produced an invalid value for \(name)"))
+                return report(
+                    "the setter of \(name) returned type '\(stored.type)', not '\(found.property.type)'")
+            }
+            store([(name, stored)], interface: found.interface)
+            reply.send([])
         case ("Get", _), ("GetAll", _), ("Set", _):
             let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member]!
-            responder.fail(
-                .invalidArgs("\(member) takes arguments (\(expected)) but was called with (\(message.signature))"))
+            loop.reply(to: message, member: member, outputs: []).fail(
+                DBusError.invalidArgs(
+                    "\(member) takes arguments (\(expected)) but was called with (\(message.signature))"))
         default:
-            responder.fail(.unknownMethod("No method \(member) on org.freedesktop.DBus.Properties"))
+            loop.reply(to: message, member: member, outputs: []).fail(
+                DBusError.unknownMethod("No method \(member) on org.freedesktop.DBus.Properties"))
         }
     }
 
-    private func lookUp(_ interfaceName: String, _ name: String, _ responder: Responder)
+    private func lookUp(_ interfaceName: String, _ name: String, _ reply: DBusReply)
         -> (interface: String, property: DBusProperty)?
     {
         let candidates = interfaceName.isEmpty ? interfaces : interfaces.filter { $0.name == interfaceName }
         if candidates.isEmpty && !Self.standardInterfaces.contains(interfaceName) {
-            responder.fail(.unknownInterface("No interface \(interfaceName) at \(path)"))
+            reply.fail(DBusError.unknownInterface("No interface \(interfaceName) at \(path)"))
             return nil
         }
         for interface in candidates {
@@ -330,7 +417,7 @@ public final class DBusObject: Sendable {
                 return (interface.name, property)
             }
         }
-        responder.fail(.unknownProperty("No property \(name) on interface \(interfaceName)"))
+        reply.fail(DBusError.unknownProperty("No property \(name) on interface \(interfaceName)"))
         return nil
     }
 }

@@ -48,7 +48,12 @@ public final class HistoryStore: Sendable {
     }
 
     /// Opens (creating if needed) the history for writing and brings its schema up to date.
-    public init(path: String) throws(HistoryError) {
+    public convenience init(path: String) throws(HistoryError) {
+        try self.init(path: path, trace: nil)
+    }
+
+    /// `trace` sees every SQL statement run (tests count queries with it).
+    init(path: String, trace: (@Sendable (String) -> Void)?) throws(HistoryError) {
         self.path = path
         let directory = (path as NSString).deletingLastPathComponent
         do {
@@ -67,6 +72,7 @@ public final class HistoryStore: Sendable {
         var configuration = Configuration()
         configuration.label = "history"
         configuration.prepareDatabase { db in
+            if let trace { db.trace { trace($0.expandedDescription) } }
             // WAL with synchronous=NORMAL: a commit survives the process being killed; only an
             // OS crash or power loss can take the last commits, and never corrupts the file.
             _ = try String.fetchOne(db, sql: "PRAGMA journal_mode = WAL")
@@ -196,37 +202,51 @@ public final class HistoryStore: Sendable {
 
     /// Sessions with any text, newest first. `limit` 0 means all; `search` keeps sessions with a
     /// final containing every word of it (full-text, prefix matches with a trailing `*`).
+    ///
+    /// One query: the chosen sessions joined with their finals, in order; rows of one session
+    /// are consecutive and joined here (SQLite 3.40's group_concat cannot be ordered).
     public func sessions(limit: Int = 0, search: String? = nil) throws(HistoryError) -> [HistoryEntry] {
         let query = search.map(Self.ftsQuery) ?? nil
         if search != nil, query == nil { return [] }
+        var chosen = """
+            SELECT id, started, ended, backend, language, source, rowid AS position FROM session
+            WHERE EXISTS (SELECT 1 FROM final WHERE final.session_id = session.id AND final.text != '')
+            """
+        var arguments: StatementArguments = []
+        if let query {
+            chosen += """
+                 AND id IN (SELECT final.session_id FROM final_search
+                            JOIN final ON final.id = final_search.rowid WHERE final_search MATCH ?)
+                """
+            arguments += [query]
+        }
+        chosen += " ORDER BY started DESC, rowid DESC"
+        if limit > 0 {
+            chosen += " LIMIT ?"
+            arguments += [limit]
+        }
+        let sql = """
+            WITH chosen AS (\(chosen))
+            SELECT chosen.*, final.text FROM chosen JOIN final ON final.session_id = chosen.id AND final.text != ''
+            ORDER BY chosen.started DESC, chosen.position DESC, final.id
+            """
         do {
             return try database.read { db in
-                var sql = """
-                    SELECT id, started, ended, backend, language, source FROM session
-                    WHERE EXISTS (SELECT 1 FROM final WHERE final.session_id = session.id AND final.text != '')
-                    """
-                var arguments: StatementArguments = []
-                if let query {
-                    sql += """
-                         AND id IN (SELECT final.session_id FROM final_search
-                                    JOIN final ON final.id = final_search.rowid WHERE final_search MATCH ?)
-                        """
-                    arguments += [query]
-                }
-                sql += " ORDER BY started DESC, rowid DESC"
-                if limit > 0 {
-                    sql += " LIMIT ?"
-                    arguments += [limit]
-                }
-                return try Row.fetchAll(db, sql: sql, arguments: arguments).map { row in
+                var entries: [HistoryEntry] = []
+                let rows = try Row.fetchCursor(db, sql: sql, arguments: arguments)
+                while let row = try rows.next() {
                     let id: String = row["id"]
-                    let texts = try String.fetchAll(
-                        db, sql: "SELECT text FROM final WHERE session_id = ? AND text != '' ORDER BY id",
-                        arguments: [id])
-                    return HistoryEntry(
-                        id: id, started: row["started"], ended: row["ended"], backend: row["backend"],
-                        language: row["language"], source: row["source"], text: texts.joined(separator: " "))
+                    let text: String = row["text"]
+                    if entries.last?.id == id {
+                        entries[entries.count - 1].text += " " + text
+                    } else {
+                        entries.append(
+                            HistoryEntry(
+                                id: id, started: row["started"], ended: row["ended"], backend: row["backend"],
+                                language: row["language"], source: row["source"], text: text))
+                    }
                 }
+                return entries
             }
         } catch {
             throw HistoryError("Could not read the history \(path): \(error).")

@@ -48,6 +48,13 @@ public struct PocketSphinxModel: Sendable, Equatable {
 ///
 /// The decoder blocks, so it lives on a thread of its own and takes work from a queue; one
 /// session at a time owns it (the service never runs two).
+///
+/// Backlog policy: the queue holds at most `maxQueuedAudio` of audio (30 s by default), counted
+/// in samples across the recognizer. A ``RecognitionSession/send(_:)`` that would go past it
+/// fails the session instead of blocking the capture thread or dropping audio unnoticed: the
+/// session's queued audio is discarded, later audio is ignored, the finals already delivered
+/// stand, and its `run()` throws a `backendUnavailable` error that names the bound. Control work
+/// (loading, starting, finishing, cancelling) is never refused.
 public final class PocketSphinxRecognizer: Recognizer {
     private let decoder: DecoderThread
     private let directory: String
@@ -55,52 +62,78 @@ public final class PocketSphinxRecognizer: Recognizer {
     private let state = Mutex<LoadState>(.notLoaded)
     private let logger: Logger
 
+    private typealias LoadWaiter = CheckedContinuation<Result<Void, RecognitionError>, Never>
+
     private enum LoadState {
         case notLoaded
-        case loading([CheckedContinuation<Result<Void, RecognitionError>, Never>])
-        case loaded
-        case failed(RecognitionError)
+        /// The first caller is loading; later callers wait here for its outcome.
+        case loading([LoadWaiter])
+        case done(Result<Void, RecognitionError>)
     }
 
     /// - Parameters:
     ///   - modelDirectory: the model folder, e.g. `/usr/share/pocketsphinx/model/en-us`.
+    ///   - maxQueuedAudio: how far the decoder may fall behind before a session fails.
     ///   - validator: loads the model in a child process first and says whether that worked;
     ///     pocketsphinx exits the process on some corrupt models, so the service passes one.
     public init(
-        modelDirectory: String, logger: Logger, validator: (@Sendable (String) async -> Bool)? = nil
+        modelDirectory: String, maxQueuedAudio: Duration = .seconds(30), logger: Logger,
+        validator: (@Sendable (String) async -> Bool)? = nil
     ) {
         self.directory = modelDirectory
         self.validator = validator
         self.logger = logger
-        self.decoder = DecoderThread(logger: logger)
+        self.decoder = DecoderThread(maxQueuedSamples: max(1, AudioFormat.samples(in: maxQueuedAudio)), logger: logger)
     }
 
     /// Loads the model (once); later calls wait for the first load and share its outcome.
     public func load() async throws(RecognitionError) {
-        let result = await withCheckedContinuation {
-            (continuation: CheckedContinuation<Result<Void, RecognitionError>, Never>) in
-            let startLoad = state.withLock { state -> Bool in
-                switch state {
-                case .notLoaded:
-                    state = .loading([continuation])
-                    return true
-                case .loading(let waiters):
-                    state = .loading(waiters + [continuation])
-                case .loaded:
-                    continuation.resume(returning: .success(()))
-                case .failed(let error):
-                    continuation.resume(returning: .failure(error))
-                }
-                return false
-            }
-            if startLoad { Task { await self.performLoad() } }
+        enum Role {
+            case loader, waiter
+            case finished(Result<Void, RecognitionError>)
         }
-        try result.get()
+        let role = state.withLock { state -> Role in
+            switch state {
+            case .notLoaded:
+                state = .loading([])
+                return .loader
+            case .loading: return .waiter
+            case .done(let outcome): return .finished(outcome)
+            }
+        }
+        let outcome: Result<Void, RecognitionError>
+        switch role {
+        case .finished(let finished):
+            outcome = finished
+        case .loader:
+            // Nothing in the load heeds cancellation, so a cancelled first caller still leaves
+            // an outcome every waiter can share.
+            outcome = await performLoad()
+            let waiters = state.withLock { state -> [LoadWaiter] in
+                defer { state = .done(outcome) }
+                guard case .loading(let waiters) = state else { return [] }
+                return waiters
+            }
+            for waiter in waiters { waiter.resume(returning: outcome) }
+        case .waiter:
+            outcome = await withCheckedContinuation { continuation in
+                // The load may have ended since the first look.
+                let finished = state.withLock { state -> Result<Void, RecognitionError>? in
+                    guard case .loading(let waiters) = state else {
+                        guard case .done(let outcome) = state else { preconditionFailure("load state went back") }
+                        return outcome
+                    }
+                    state = .loading(waiters + [continuation])
+                    return nil
+                }
+                if let finished { continuation.resume(returning: finished) }
+            }
+        }
+        try outcome.get()
     }
 
-    private func performLoad() async {
+    private func performLoad() async -> Result<Void, RecognitionError> {
         let started = ContinuousClock.now
-        var outcome: Result<Void, RecognitionError>
         do throws(RecognitionError) {
             let model = try PocketSphinxModel(directory: directory)
             if let validator, await !validator(directory) {
@@ -110,24 +143,13 @@ public final class PocketSphinxRecognizer: Recognizer {
                 )
             }
             try await decoder.load(model)
-            outcome = .success(())
             logger.info(
                 "offline model loaded", metadata: ["model": "\(directory)", "seconds": "\(started.duration(to: .now))"])
+            return .success(())
         } catch {
-            outcome = .failure(error)
             logger.error("offline model unavailable", metadata: ["reason": "\(error.message)"])
+            return .failure(error)
         }
-        let waiters = state.withLock { state in
-            guard case .loading(let waiters) = state else {
-                return [CheckedContinuation<Result<Void, RecognitionError>, Never>]()
-            }
-            switch outcome {
-            case .success: state = .loaded
-            case .failure(let error): state = .failed(error)
-            }
-            return waiters
-        }
-        for waiter in waiters { waiter.resume(returning: outcome) }
     }
 
     public func authorize() async -> (RecognizerAuthorization, RecognitionError?) {
@@ -139,9 +161,11 @@ public final class PocketSphinxRecognizer: Recognizer {
         }
     }
 
-    public func startSession(_ options: SessionOptions) async throws(RecognitionError) -> any RecognitionSession {
+    public func startSession(
+        _ options: SessionOptions, events: any RecognitionEventSink
+    ) async throws(RecognitionError) -> any RecognitionSession {
         try await load()
-        return decoder.begin(interimResults: options.interimResults)
+        return decoder.begin(interimResults: options.interimResults, events: events)
     }
 
     /// Loads a model and reports whether it worked; for `sttd --check-model` in a child process.
@@ -226,20 +250,30 @@ final class DecoderThread: Sendable {
         case begin(LocalSession)
         case audio(LocalSession, AudioChunk)
         case finish(LocalSession)
-        case cancel(LocalSession)
+        /// Ends the session without a last final: `cancel()` (error nil) or a backlog overflow.
+        case stop(LocalSession, RecognitionError?)
+
+        var session: LocalSession? {
+            switch self {
+            case .load: nil
+            case .begin(let session), .audio(let session, _), .finish(let session), .stop(let session, _): session
+            }
+        }
     }
 
-    private let queue = JobQueue<Job>()
-    private let logger: Logger
+    let queue: JobQueue<Job>
+    let logger: Logger
 
-    init(logger: Logger) {
+    init(maxQueuedSamples: Int, logger: Logger) {
         self.logger = logger
-        let queue = self.queue
+        let queue = JobQueue<Job>(capacity: maxQueuedSamples)
+        self.queue = queue
         let thread = Thread { DecoderWorker(queue: queue).run() }
         thread.name = "pocketsphinx"
         thread.start()
     }
 
+    // Sessions keep this object alive, so the thread outlives every session that needs it.
     deinit { queue.close() }
 
     func load(_ model: PocketSphinxModel) async throws(RecognitionError) {
@@ -249,42 +283,117 @@ final class DecoderThread: Sendable {
         try result.get()
     }
 
-    func begin(interimResults: Bool) -> LocalSession {
-        let session = LocalSession(queue: queue, interimResults: interimResults)
+    func begin(interimResults: Bool, events: any RecognitionEventSink) -> LocalSession {
+        let session = LocalSession(decoder: self, interimResults: interimResults, events: events)
         queue.push(.begin(session))
         return session
     }
 }
 
-/// A session of the offline engine; its work runs on the decoder thread.
+/// A session of the offline engine; its work runs on the decoder thread, which also delivers
+/// its events and ends its `run()`.
 final class LocalSession: RecognitionSession {
-    let events: AsyncThrowingStream<RecognitionEvent, any Error>
-    let continuation: AsyncThrowingStream<RecognitionEvent, any Error>.Continuation
+    let events: any RecognitionEventSink
     let interimResults: Bool
-    private let queue: JobQueue<DecoderThread.Job>
-    private let ended = Atomic<Bool>(false)
+    private let decoder: DecoderThread
+    private let state = Mutex(State())
 
-    init(queue: JobQueue<DecoderThread.Job>, interimResults: Bool) {
-        self.queue = queue
+    private struct State {
+        var phase = Phase.active
+        var runners: [CheckedContinuation<Result<Void, RecognitionError>, Never>] = []
+    }
+
+    private enum Phase {
+        case active
+        /// finish() was called: the decoder works through the queued audio, then the last final.
+        case finishing
+        /// cancel() or a backlog overflow: the queued audio is gone, the decoder ends the session.
+        case stopping
+        case ended(Result<Void, RecognitionError>)
+    }
+
+    init(decoder: DecoderThread, interimResults: Bool, events: any RecognitionEventSink) {
+        self.decoder = decoder
         self.interimResults = interimResults
-        (events, continuation) = AsyncThrowingStream.makeStream()
+        self.events = events
+    }
+
+    func run() async throws(RecognitionError) {
+        let outcome = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let ended = state.withLock { state -> Result<Void, RecognitionError>? in
+                    if case .ended(let outcome) = state.phase { return outcome }
+                    state.runners.append(continuation)
+                    return nil
+                }
+                if let ended { continuation.resume(returning: ended) }
+            }
+        } onCancel: {
+            cancel()
+        }
+        try outcome.get()
     }
 
     func send(_ chunk: AudioChunk) {
-        guard !ended.load(ordering: .relaxed) else { return }
-        queue.push(.audio(self, chunk))
+        guard !chunk.samples.isEmpty else { return }
+        let queue = decoder.queue
+        let overflow = state.withLock { state -> RecognitionError? in
+            guard case .active = state.phase else { return nil }
+            if queue.push(.audio(self, chunk), weight: chunk.samples.count) || true { return nil }
+            let error = RecognitionError(
+                .backendUnavailable,
+                "The offline engine fell \(Self.seconds(queue.capacity)) s behind real time (the computer is too busy), so the session stopped; what was recognized before is kept."
+            )
+            state.phase = .stopping
+            // Its backlog goes; the stop reports the failure after the session's last event.
+            queue.removeAll { $0.session === self }
+            queue.push(.stop(self, error))
+            return error
+        }
+        if overflow != nil {
+            decoder.logger.warning(
+                "offline engine fell behind, session stopped",
+                metadata: ["queued_seconds": "\(Self.seconds(queue.capacity))"])
+        }
     }
 
     func finish() {
-        guard !ended.exchange(true, ordering: .relaxed) else { return }
-        queue.push(.finish(self))
+        state.withLock { state in
+            guard case .active = state.phase else { return }
+            state.phase = .finishing
+            decoder.queue.push(.finish(self))
+        }
     }
 
     func cancel() {
-        // End the events now rather than after the decoder works through queued audio.
-        continuation.finish()
-        guard !ended.exchange(true, ordering: .relaxed) else { return }
-        queue.push(.cancel(self))
+        state.withLock { state in
+            switch state.phase {
+            case .active, .finishing:
+                state.phase = .stopping
+                // The stop comes up next instead of after the queued audio.
+                decoder.queue.removeAll { $0.session === self }
+                decoder.queue.push(.stop(self, nil))
+            case .stopping, .ended:
+                break
+            }
+        }
+    }
+
+    /// Called on the decoder thread after the session's last event; the first outcome counts.
+    func end(_ outcome: Result<Void, RecognitionError>) {
+        let runners = state.withLock { state in
+            if case .ended = state.phase { return [CheckedContinuation<Result<Void, RecognitionError>, Never>]() }
+            state.phase = .ended(outcome)
+            let runners = state.runners
+            state.runners = []
+            return runners
+        }
+        for runner in runners { runner.resume(returning: outcome) }
+    }
+
+    private static func seconds(_ samples: Int) -> String {
+        let seconds = Double(samples) / Double(AudioFormat.sampleRate)
+        return seconds == seconds.rounded() ? "\(Int(seconds))" : "\(seconds)"
     }
 }
 
@@ -308,7 +417,10 @@ private final class DecoderWorker {
         while let job = queue.pop() {
             switch job {
             case .load(let model, let done):
-                if decoder != nil { done(.success(())); continue }
+                if decoder != nil {
+                    done(.success(()))
+                    continue
+                }
                 decoder = Decoder(model: model)
                 done(
                     decoder == nil
@@ -320,11 +432,10 @@ private final class DecoderWorker {
                         : .success(()))
             case .begin(let session):
                 guard let decoder else {
-                    session.continuation.finish(
-                        throwing: RecognitionError(.backendUnavailable, "The offline model is not loaded."))
+                    session.end(.failure(RecognitionError(.backendUnavailable, "The offline model is not loaded.")))
                     continue
                 }
-                if let current { end(current, deliver: false) }
+                if let current { end(current, lastFinal: false) }
                 current = session
                 decoder.startStream()
                 decoder.startUtterance()
@@ -336,11 +447,19 @@ private final class DecoderWorker {
                 guard session === current, let decoder else { continue }
                 process(chunk, decoder, session)
             case .finish(let session):
-                guard session === current else { continue }
-                end(session, deliver: true)
-            case .cancel(let session):
-                guard session === current else { continue }
-                end(session, deliver: false)
+                guard session === current else {
+                    // Already ended (its begin failed or a later begin replaced it); end() keeps that outcome.
+                    session.end(.success(()))
+                    continue
+                }
+                end(session, lastFinal: true)
+            case .stop(let session, let error):
+                guard session === current else {
+                    // Stopped before its begin came up (the stop removed it) or already ended.
+                    session.end(error.map { .failure($0) } ?? .success(()))
+                    continue
+                }
+                end(session, lastFinal: false, error: error)
             }
         }
     }
@@ -354,13 +473,13 @@ private final class DecoderWorker {
             utteranceStarted = true
             utteranceStart = samplesProcessed - chunk.samples.count
             samplesSinceHypothesis = 0
-            session.continuation.yield(.speechActivity(true))
+            session.events.deliver(.speechActivity(true))
         }
         if !inSpeech && utteranceStarted {
             decoder.endUtterance()
             let text = decoder.hypothesis
-            session.continuation.yield(.result(finalResult(text)))
-            session.continuation.yield(.speechActivity(false))
+            session.events.deliver(.result(finalResult(text)))
+            session.events.deliver(.speechActivity(false))
             decoder.startUtterance()
             utteranceStarted = false
             lastInterim = ""
@@ -373,7 +492,7 @@ private final class DecoderWorker {
             let text = decoder.hypothesis
             if !text.isEmpty && text != lastInterim {
                 lastInterim = text
-                session.continuation.yield(.result(RecognitionResult(text: text, isFinal: false)))
+                session.events.deliver(.result(RecognitionResult(text: text, isFinal: false)))
             }
         }
     }
@@ -385,50 +504,16 @@ private final class DecoderWorker {
             audioEnd: Double(samplesProcessed) / rate)
     }
 
-    private func end(_ session: LocalSession, deliver: Bool) {
+    /// Ends the current session: the last final only when finishing (a stop drops the pending
+    /// interim), then `run()` returns or throws.
+    private func end(_ session: LocalSession, lastFinal: Bool, error: RecognitionError? = nil) {
         decoder?.endUtterance()
-        if deliver, utteranceStarted, let text = decoder?.hypothesis, !text.isEmpty {
-            session.continuation.yield(.result(finalResult(text)))
+        if lastFinal, utteranceStarted, let text = decoder?.hypothesis, !text.isEmpty {
+            session.events.deliver(.result(finalResult(text)))
         }
-        if utteranceStarted { session.continuation.yield(.speechActivity(false)) }
+        if utteranceStarted { session.events.deliver(.speechActivity(false)) }
         utteranceStarted = false
-        session.continuation.finish()
         current = nil
+        session.end(error.map { .failure($0) } ?? .success(()))
     }
-}
-
-/// A FIFO of jobs for a thread that blocks until work arrives.
-final class JobQueue<Job: Sendable>: Sendable {
-    private let condition = NSConditionBox()
-    private let jobs = Mutex<(items: [Job], closed: Bool)>(([], false))
-
-    func push(_ job: Job) {
-        jobs.withLock { $0.items.append(job) }
-        condition.signal()
-    }
-
-    func close() {
-        jobs.withLock { $0.closed = true }
-        condition.signal()
-    }
-
-    /// Blocks until a job arrives; nil once closed and empty.
-    func pop() -> Job? {
-        while true {
-            let next = jobs.withLock { state -> (Job?, Bool) in
-                if !state.items.isEmpty { return (state.items.removeFirst(), false) }
-                return (nil, state.closed)
-            }
-            if let job = next.0 { return job }
-            if next.1 { return nil }
-            condition.wait()
-        }
-    }
-}
-
-/// A counting semaphore for the decoder thread to sleep on.
-final class NSConditionBox: Sendable {
-    private let semaphore = DispatchSemaphore(value: 0)
-    func signal() { semaphore.signal() }
-    func wait() { semaphore.wait() }
 }

@@ -67,8 +67,10 @@ public protocol Recognizer: Sendable {
     /// Checks now whether sessions can start (model loaded, credentials accepted).
     func authorize() async -> (RecognizerAuthorization, RecognitionError?)
 
-    /// Starts a session; returns once it accepts audio.
-    func startSession(_ options: SessionOptions) async throws(RecognitionError) -> any RecognitionSession
+    /// Starts a session; returns once it accepts audio. Its events go to `events`, in order.
+    /// Bounded in time: a streaming backend gives up within its connect timeout.
+    func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionSession
 }
 
 /// What a session reports, in order.
@@ -80,18 +82,26 @@ public enum RecognitionEvent: Sendable, Equatable {
     case speechActivity(Bool)
 }
 
-/// One recognition session: audio in, results out.
-public protocol RecognitionSession: Sendable {
-    /// Events in order. Ends after ``finish()`` once every final is out, or throws a
-    /// ``RecognitionError`` if the session fails.
-    var events: AsyncThrowingStream<RecognitionEvent, any Error> { get }
+/// Where a session's events go. Called on the recognizer's own thread (decoder thread, event
+/// loop), never blocks; events delivered before ``RecognitionSession/run()`` returns arrive
+/// before the caller learns that it returned.
+public protocol RecognitionEventSink: Sendable {
+    func deliver(_ event: RecognitionEvent)
+}
 
-    /// Hands over audio; never blocks.
+/// One recognition session: audio in, events out (to the sink given at start).
+public protocol RecognitionSession: Sendable {
+    /// Runs the session until it ends: returns after ``finish()`` once every final is delivered,
+    /// or soon after ``cancel()`` (or cancellation of the calling task); throws when it fails,
+    /// e.g. when audio backs up past the session's bound. The caller runs it as a child task.
+    func run() async throws(RecognitionError)
+
+    /// Hands over audio from the capture thread; never blocks.
     func send(_ chunk: AudioChunk)
 
-    /// No more audio: recognize what was sent, deliver the last finals, then end ``results``.
+    /// No more audio: recognize what was sent, deliver the last finals, then let ``run()`` return.
     func finish()
 
-    /// Stop at once; ``results`` ends soon and pending interim text is dropped.
+    /// Stop at once: ``run()`` returns soon and pending interim text is dropped.
     func cancel()
 }

@@ -1,4 +1,5 @@
 import CSttdSystem
+import Capture
 import DBus
 import Foundation
 import History
@@ -7,7 +8,40 @@ import NIOCore
 import NIOPosix
 import Recognition
 import ServiceLifecycle
+import Speech
+import SpeechAPI
+import SpeechBus
 import Synchronization
+import UnixSignals
+
+/// Why sttd could not start: a message for the person and the exit code.
+public struct StartupError: Error, Sendable, CustomStringConvertible {
+    public var exitCode: Int32
+    public var message: String
+    public var description: String { message }
+}
+
+/// A built sttd: the speech core, its bus adapter and the services that run them. `sttd`'s
+/// `main` and the in-process tests build it the same way.
+public final class SttdApplication: Sendable {
+    public let core: SpeechCore
+    public let adapter: SpeechBusAdapter
+    public let connection: DBusConnection
+    private let group: ServiceGroup
+
+    fileprivate init(core: SpeechCore, adapter: SpeechBusAdapter, connection: DBusConnection, group: ServiceGroup) {
+        self.core = core
+        self.adapter = adapter
+        self.connection = connection
+        self.group = group
+    }
+
+    /// Serves until a shutdown signal, ``shutDown()`` or the loss of the bus.
+    public func run() async throws { try await group.run() }
+
+    /// Shuts down as SIGTERM does: a listening session stops (its finals stored), then the bus closes.
+    public func shutDown() async { await group.triggerGracefulShutdown() }
+}
 
 /// What `sttd` does, callable from its thin `@main` and from tests.
 public enum SttdApp {
@@ -20,8 +54,7 @@ public enum SttdApp {
 
     /// Loads the configuration, owns the bus name and serves until SIGTERM/SIGINT or the bus goes away.
     public static func run(configPath: String?, environment: [String: String] = ProcessInfo.processInfo.environment)
-        async
-        -> Int32
+        async -> Int32
     {
         limitAllocatorRetention()
         var logger = Logger(label: "sttd")
@@ -35,16 +68,106 @@ public enum SttdApp {
             printError("sttd: invalid configuration: \(error.message)")
             return ExitCode.configuration
         }
-
-        let connection: DBusConnection
-        do {
-            connection = try await DBusConnection.connect(to: .session)
+        let application: SttdApplication
+        do throws(StartupError) {
+            application = try await build(
+                configuration: configuration, environment: environment, shutdownSignals: [.sigterm, .sigint],
+                logger: logger)
         } catch {
             printError("sttd: \(error.message)")
+            return error.exitCode
+        }
+        logger.info(
+            "serving",
+            metadata: ["name": "\(SpeechAPI.busName)", "version": "\(SpeechAPI.version)", "config": "\(location.path)"])
+        do {
+            try await application.run()
+            return ExitCode.success
+        } catch {
+            logger.error("stopped", metadata: ["reason": "\(error)"])
             return ExitCode.failure
         }
+    }
 
-        let recognizer = PocketSphinxRecognizer(
+    /// Builds sttd: the engines, the core, the bus adapter; exports the object, then owns the name.
+    ///
+    /// - Parameters:
+    ///   - bus: the bus to serve on.
+    ///   - microphone: where audio comes from; PulseAudio by default.
+    ///   - recognizers: the engines; by default pocketsphinx and the Deepgram-compatible client
+    ///     as `configuration` says.
+    ///   - shutdownSignals: the signals that shut the service down gracefully (none in tests).
+    public static func build(
+        configuration: Configuration, environment: [String: String], bus: DBusConnection.Bus = .session,
+        microphone: (any Microphone)? = nil, recognizers: Recognizers? = nil,
+        shutdownSignals: [UnixSignal] = [], logger: Logger
+    ) async throws(StartupError) -> SttdApplication {
+        let connection: DBusConnection
+        do {
+            connection = try await DBusConnection.connect(to: bus)
+        } catch {
+            throw StartupError(exitCode: ExitCode.failure, message: error.message)
+        }
+        let core = SpeechCore(
+            configuration: configuration,
+            microphone: microphone ?? PulseAudioMicrophone(logger: logger),
+            recognizers: recognizers ?? defaultRecognizers(configuration, environment: environment, logger: logger),
+            history: openHistory(configuration, environment: environment, logger: logger), logger: logger)
+        let adapter: SpeechBusAdapter
+        do {
+            adapter = try SpeechBusAdapter(
+                core: core,
+                settings: SpeechSettings(
+                    backend: configuration.backend, language: configuration.language, source: configuration.source))
+        } catch {
+            connection.close()
+            throw StartupError(
+                exitCode: ExitCode.failure, message: "internal error declaring the D-Bus object: \(error.message)")
+        }
+        await adapter.attach()
+        // Export first, then take the name, so the first activated call finds the object.
+        connection.export(adapter.object)
+        do {
+            let reply = try await connection.requestName(SpeechAPI.busName)
+            guard reply == 1 else {  // DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER
+                connection.close()
+                throw StartupError(
+                    exitCode: ExitCode.failure,
+                    message:
+                        "\(SpeechAPI.busName) is already owned on this bus: another sttd is running (see `systemctl --user status sttd`)."
+                )
+            }
+        } catch let error as StartupError {
+            throw error
+        } catch {
+            connection.close()
+            throw StartupError(exitCode: ExitCode.failure, message: "cannot own \(SpeechAPI.busName): \(error)")
+        }
+
+        let systemd = SystemdService(
+            notifier: SystemdNotifier(environment: environment),
+            watchdogInterval: SystemdNotifier.watchdogInterval(environment: environment), connection: connection,
+            core: core, logger: logger)
+        // Shut down in reverse order: systemd hears STOPPING=1, the session stops (its last final
+        // stored), then the bus closes.
+        let group = ServiceGroup(
+            configuration: ServiceGroupConfiguration(
+                services: [
+                    .init(
+                        service: BusService(connection: connection), successTerminationBehavior: .gracefullyShutdownGroup,
+                        failureTerminationBehavior: .gracefullyShutdownGroup),
+                    .init(service: CoreService(core: core)),
+                    .init(service: systemd),
+                ],
+                gracefulShutdownSignals: shutdownSignals, logger: logger))
+        return SttdApplication(core: core, adapter: adapter, connection: connection, group: group)
+    }
+
+    /// pocketsphinx for `local`, the streaming client for `deepgram`, as the configuration says.
+    public static func defaultRecognizers(
+        _ configuration: Configuration, environment: [String: String], logger: Logger
+    ) -> Recognizers {
+        let local = PocketSphinxRecognizer(
             modelDirectory: configuration.local.modelDirectory, logger: logger, validator: ModelCheck.inChildProcess)
         let deepgram = configuration.deepgram
         let streaming = DeepgramRecognizer(
@@ -55,63 +178,7 @@ public enum SttdApp {
                     maxAttempts: deepgram.reconnectAttempts,
                     maxTotal: .milliseconds(Int(deepgram.reconnectTimeoutMilliseconds)))),
             environment: environment, logger: logger)
-        let service = SpeechService(
-            configuration: configuration, localRecognizer: recognizer, streamingRecognizer: streaming,
-            history: openHistory(configuration, environment: environment, logger: logger), logger: logger)
-        let object: DBusObject
-        do {
-            object = try DBusObject(
-                path: SpeechBus.path, interfaces: [SpeechInterface.make(service: service, configuration: configuration)]
-            )
-        } catch {
-            printError("sttd: internal error declaring the D-Bus object: \(error.message)")
-            return ExitCode.failure
-        }
-        await service.attach(object)
-        // Export first, then take the name, so the first activated call finds the object.
-        connection.export(object)
-        do {
-            let reply = try await connection.requestName(SpeechBus.name)
-            guard reply == 1 else {  // DBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER
-                printError(
-                    "sttd: \(SpeechBus.name) is already owned on this bus: another sttd is running (see `systemctl --user status sttd`)."
-                )
-                connection.close()
-                return ExitCode.failure
-            }
-        } catch {
-            printError("sttd: cannot own \(SpeechBus.name): \(error.message)")
-            return ExitCode.failure
-        }
-        logger.info(
-            "serving",
-            metadata: ["name": "\(SpeechBus.name)", "version": "\(SttdVersion.string)", "config": "\(location.path)"])
-
-        let bus = BusService(connection: connection)
-        let speech = SpeechRunner(service: service)
-        let systemd = SystemdService(
-            notifier: SystemdNotifier(environment: environment),
-            watchdogInterval: SystemdNotifier.watchdogInterval(environment: environment), connection: connection,
-            speech: service, logger: logger)
-        // Shut down in reverse order: systemd hears STOPPING=1, the session stops (its last final
-        // stored), then the bus closes.
-        let group = ServiceGroup(
-            configuration: ServiceGroupConfiguration(
-                services: [
-                    .init(
-                        service: bus, successTerminationBehavior: .gracefullyShutdownGroup,
-                        failureTerminationBehavior: .gracefullyShutdownGroup),
-                    .init(service: speech),
-                    .init(service: systemd),
-                ],
-                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        do {
-            try await group.run()
-            return ExitCode.success
-        } catch {
-            logger.error("stopped", metadata: ["reason": "\(error)"])
-            return ExitCode.failure
-        }
+        return Recognizers(local: local, deepgram: streaming)
     }
 
     /// The history store, or nil when `history = false` or it cannot be opened (logged: dictation
@@ -124,7 +191,7 @@ public enum SttdApp {
             let store = try HistoryStore(path: HistoryStore.defaultPath(environment: environment))
             try store.closeUnfinishedSessions()
             if configuration.historyDays > 0 {
-                let pruned = try store.prune(startedBefore: historyCutoff(days: configuration.historyDays))
+                let pruned = try store.prune(startedBefore: Configuration.historyCutoff(days: configuration.historyDays))
                 if pruned > 0 { logger.info("pruned history", metadata: ["sessions": "\(pruned)"]) }
             }
             return store
@@ -141,9 +208,6 @@ public enum SttdApp {
     static func limitAllocatorRetention() {
         sttd_limit_allocator_retention()
     }
-
-    /// Sessions that started before this date are pruned.
-    static func historyCutoff(days: Int) -> Date { Date().addingTimeInterval(-Double(days) * 86_400) }
 
     static func printError(_ message: String) {
         FileHandle.standardError.write(Data((message + "\n").utf8))
@@ -171,15 +235,18 @@ struct BusService: Service {
     }
 }
 
-/// The speech service's lifetime: prepare at start, end any session at shutdown.
-struct SpeechRunner: Service {
-    let service: SpeechService
+/// The speech core's lifetime: its sessions run under it; shutdown stops the session with its
+/// finals stored.
+struct CoreService: Service {
+    let core: SpeechCore
 
     func run() async throws {
-        await service.prepare()
-        // No timers while idle. History is pruned at startup and after sessions, once a day.
-        try? await gracefulShutdown()
-        await service.shutdown()
+        // No timers while idle: history is pruned at startup and after sessions, once a day.
+        await withGracefulShutdownHandler {
+            await core.run()
+        } onGracefulShutdown: { [core] in
+            core.shutDown {}
+        }
     }
 }
 
@@ -222,14 +289,8 @@ extension SttdApp {
     /// that socket's thread already. (Timers go through ``eventLoopSleep(for:)`` for the same reason.)
     public static func runOnEventLoops(configPath: String?) -> Int32 {
         NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
-        let done = DispatchSemaphore(value: 0)
-        let status = Mutex<Int32>(ExitCode.failure)
-        Task {
-            let result = await run(configPath: configPath)
-            status.withLock { $0 = result }
-            done.signal()
-        }
-        done.wait()
-        return status.withLock { $0 }
+        let loop = MultiThreadedEventLoopGroup.singleton.any()
+        // The main thread waits for the service's one root task.
+        return (try? loop.makeFutureWithTask { await run(configPath: configPath) }.wait()) ?? ExitCode.failure
     }
 }

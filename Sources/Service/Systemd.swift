@@ -2,6 +2,8 @@ import DBus
 import Foundation
 import Logging
 import ServiceLifecycle
+import Speech
+import SpeechAPI
 import Synchronization
 
 /// `sd_notify` without libsystemd: one datagram per message to `$NOTIFY_SOCKET`.
@@ -56,7 +58,7 @@ struct SystemdService: Service {
     let notifier: SystemdNotifier
     let watchdogInterval: Duration?
     let connection: DBusConnection
-    let speech: SpeechService
+    let core: SpeechCore
     let logger: Logger
 
     func run() async throws {
@@ -65,7 +67,7 @@ struct SystemdService: Service {
             try? await gracefulShutdown()
             return
         }
-        notifier.notify("READY=1\nSTATUS=Serving \(SpeechBus.name)")
+        notifier.notify("READY=1\nSTATUS=Serving \(SpeechAPI.busName)")
         if let interval = watchdogInterval {
             // The period comes from a thread of its own: a pending Task.sleep would wake
             // libdispatch's manager thread every second.
@@ -108,6 +110,6 @@ struct SystemdService: Service {
             logger.warning("watchdog: the bus did not answer", metadata: ["reason": "\(error.message)"])
             return false
         }
-        return await speech.isResponsive()
+        return await core.isResponsive()
     }
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Recognition
 import Service
+import SpeechAPI
 
 /// The sttd service executable; all logic lives in the Service library.
 @main
@@ -9,7 +10,7 @@ struct Sttd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sttd",
         abstract: "Speech-to-text for the Linux desktop, as a D-Bus service (io.github.sttd.Speech1).",
-        version: SttdVersion.string)
+        version: SpeechAPI.version)
 
     @Option(
         help: "Read the configuration from this file (default: $STTD_CONFIG, then $XDG_CONFIG_HOME/sttd/config.toml).")
@@ -23,7 +24,7 @@ struct Sttd: ParsableCommand {
 
     func run() throws {
         if printIntrospection {
-            print(SpeechInterface.document, terminator: "")
+            print(SpeechAPI.document, terminator: "")
             return
         }
         if let checkModel {

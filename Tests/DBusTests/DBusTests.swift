@@ -1,7 +1,10 @@
-import DBus
 import Foundation
+import Logging
+import Synchronization
 import TestSupport
 import Testing
+
+@testable import DBus
 
 @Suite("Signatures")
 struct SignatureTests {
@@ -21,6 +24,29 @@ struct SignatureTests {
     }
 }
 
+/// A method handler's replies held back until enough calls wait, then sent together from a
+/// thread of their own (not the connection's).
+final class ParkedReplies: Sendable {
+    private let waiting = Mutex<[DBusReply]>([])
+
+    func park(_ reply: DBusReply, releaseAt count: Int) {
+        let ready = waiting.withLock { waiting -> [DBusReply] in
+            waiting.append(reply)
+            guard waiting.count >= count else { return [] }
+            defer { waiting.removeAll() }
+            return waiting
+        }
+        guard !ready.isEmpty else { return }
+        Thread.detachNewThread {
+            let offConnectionThread = Thread.current.name != "dbus"
+            for reply in ready { reply.send([.boolean(offConnectionThread)]) }
+        }
+    }
+}
+
+/// An error that is not a ``DBusErrorRepresentable``.
+struct PlainError: Error {}
+
 /// A server and a client on one private bus, with an object that echoes what it gets.
 final class EchoFixture: Sendable {
     let bus: PrivateBus
@@ -28,10 +54,11 @@ final class EchoFixture: Sendable {
     let client: DBusConnection
     let object: DBusObject
 
-    init() async throws {
+    init(bounds: ConnectionLoop.Bounds = .standard) async throws {
         bus = try PrivateBus()
-        server = try await DBusConnection.connect(to: .address(bus.address))
+        server = try await DBusConnection.connect(to: .address(bus.address), bounds: bounds)
         client = try await DBusConnection.connect(to: .address(bus.address))
+        let parked = ParkedReplies()
         object = try DBusObject(
             path: "/test/Echo",
             interfaces: [
@@ -41,15 +68,25 @@ final class EchoFixture: Sendable {
                         DBusMethod(
                             "Echo", inputs: [DBusArgument("value", .variant)],
                             outputs: [DBusArgument("value", .variant)]
-                        ) { call in
-                            call.arguments
+                        ) { call, reply in
+                            reply.send(call.arguments)
                         },
-                        DBusMethod("Fail") { _ in
-                            throw DBusError(name: "test.Echo.Error.Nope", message: "no, because")
+                        DBusMethod("Fail") { _, reply in
+                            reply.fail(DBusError(name: "test.Echo.Error.Nope", message: "no, because"))
                         },
-                        DBusMethod("Slow", outputs: [DBusArgument("done", .boolean)]) { _ in
-                            try await Task.sleep(for: .milliseconds(200))
-                            return [.boolean(true)]
+                        DBusMethod("FailPlain") { _, reply in reply.fail(PlainError()) },
+                        // Answers once `waitFor` calls to it are waiting, from another thread.
+                        DBusMethod(
+                            "Later", inputs: [DBusArgument("waitFor", .uint32)],
+                            outputs: [DBusArgument("offConnectionThread", .boolean)]
+                        ) { call, reply in
+                            parked.park(reply, releaseAt: Int(call.arguments[0].uint32 ?? 1))
+                        },
+                        DBusMethod("Drop", outputs: [DBusArgument("never", .boolean)]) { _, _ in },
+                        DBusMethod("Twice", outputs: [DBusArgument("n", .uint32)]) { _, reply in
+                            reply.send([.uint32(1)])
+                            reply.send([.uint32(2)])
+                            reply.fail(DBusError.failed("too late"))
                         },
                     ],
                     properties: [
@@ -58,6 +95,7 @@ final class EchoFixture: Sendable {
                             return value
                         },
                         DBusProperty("Fixed", .uint32(7), changeSignal: .const),
+                        DBusProperty("Secret", .string(""), changeSignal: .invalidates),
                     ],
                     signals: [DBusSignal("Ping", arguments: [DBusArgument("n", .uint32)])])
             ])
@@ -81,7 +119,26 @@ final class EchoFixture: Sendable {
     }
 }
 
-@Suite("D-Bus binding on a private bus", .serialized)
+/// Holds a connection's owner thread inside a job until released, so that jobs pile up in its
+/// queue.
+final class OwnerThreadBlocker: Sendable {
+    private let gate = DispatchSemaphore(value: 0)
+
+    /// Returns once the owner thread is inside the blocking job.
+    init(_ connection: DBusConnection) async {
+        await withCheckedContinuation { (entered: CheckedContinuation<Void, Never>) in
+            let queued = connection.loop.perform { [gate] _ in
+                entered.resume()
+                gate.wait()
+            }
+            if !queued { entered.resume() }
+        }
+    }
+
+    func release() { gate.signal() }
+}
+
+@Suite("D-Bus binding on a private bus", .serialized, .timeLimit(.minutes(1)))
 struct BindingTests {
     static let samples: [DBusValue] = [
         .byte(255), .boolean(true), .boolean(false), .int16(-3), .uint16(65535), .int32(-70000), .uint32(4_000_000_000),
@@ -120,6 +177,8 @@ struct BindingTests {
         await #expect(throws: DBusError(name: "test.Echo.Error.Nope", message: "no, because")) {
             try await fixture.call("Fail")
         }
+        let plain = await #expect(throws: DBusError.self) { try await fixture.call("FailPlain") }
+        #expect(plain?.name == "org.freedesktop.DBus.Error.Failed")
     }
 
     @Test func wrongSignatureIsInvalidArgs() async throws {
@@ -174,7 +233,7 @@ struct BindingTests {
         let signal = await iterator.next()
         #expect(signal?.arguments == [.string("test.Echo"), .vardict([("Name", .string("new"))]), .strings([])])
         let all = try await fixture.call("GetAll", interface: props, [.string("test.Echo")])
-        #expect(all == [.vardict([("Name", .string("new")), ("Fixed", .uint32(7))])])
+        #expect(all == [.vardict([("Name", .string("new")), ("Fixed", .uint32(7)), ("Secret", .string(""))])])
 
         let readOnly = await #expect(throws: DBusError.self) {
             try await fixture.call(
@@ -197,6 +256,23 @@ struct BindingTests {
         #expect(unknown?.name == "org.freedesktop.DBus.Error.UnknownProperty")
     }
 
+    @Test func changeSignalsFollowEachPropertysAnnotation() async throws {
+        let fixture = try await EchoFixture()
+        let fromObject = try await fixture.client.signals(path: "/test/Echo")
+        fixture.object.setProperties([("Secret", .string("s3")), ("Name", .string("n"))])
+        fixture.object.setProperty("Name", .string("n"))  // unchanged: no signal
+        fixture.object.setProperty("Fixed", .uint32(8))  // const: stored, no signal
+        fixture.object.emit("Ping", [.uint32(0)])  // queued after the above, so it marks their end
+        var received: [[DBusValue]] = []
+        for await signal in fromObject {
+            if signal.member == "Ping" { break }
+            received.append(signal.arguments)
+        }
+        #expect(received == [[.string("test.Echo"), .vardict([("Name", .string("n"))]), .strings(["Secret"])]])
+        #expect(fixture.object.property("Secret") == .string("s3"))
+        #expect(fixture.object.property("Fixed") == .uint32(8))
+    }
+
     @Test func signalsReachSubscribers() async throws {
         let fixture = try await EchoFixture()
         let pings = try await fixture.client.signals(interface: "test.Echo", member: "Ping")
@@ -214,8 +290,9 @@ struct BindingTests {
         let count = try await withThrowingTaskGroup(of: Int.self) { group in
             for n in 0..<100 {  // dbus-daemon allows 128 pending replies per connection
                 group.addTask {
+                    // Every tenth call is held open until all ten of them are waiting.
                     let reply = try await fixture.call(
-                        n % 10 == 0 ? "Slow" : "Echo", n % 10 == 0 ? [] : [.variant(.uint32(UInt32(n)))])
+                        n % 10 == 0 ? "Later" : "Echo", [n % 10 == 0 ? .uint32(10) : .variant(.uint32(UInt32(n)))])
                     return reply.count
                 }
             }
@@ -243,5 +320,154 @@ struct BindingTests {
         await fixture.client.waitUntilDisconnected()
         #expect(!fixture.client.isConnected)
         await #expect(throws: DBusError.self) { try await fixture.call("Echo", [.variant(.uint32(1))]) }
+    }
+
+    @Test func aReplySentFromAnotherThreadArrives() async throws {
+        let fixture = try await EchoFixture()
+        #expect(try await fixture.call("Later", [.uint32(1)]) == [.boolean(true)])
+    }
+
+    @Test func aDroppedReplyAnswersWithAnError() async throws {
+        let fixture = try await EchoFixture()
+        let error = await #expect(throws: DBusError.self) { try await fixture.call("Drop") }
+        #expect(error == .failed("the service dropped this call"))
+        // The connection still serves calls afterwards.
+        #expect(try await fixture.call("Echo", [.variant(.uint32(1))]) == [.variant(.uint32(1))])
+    }
+
+    @Test func onlyTheFirstReplyCounts() async throws {
+        let fixture = try await EchoFixture()
+        #expect(try await fixture.call("Twice") == [.uint32(1)])
+    }
+
+    @Test func droppableSignalsAreRefusedOverTheSoftBound() async throws {
+        let fixture = try await EchoFixture(bounds: .init(soft: 2, hard: 100))
+        let pings = try await fixture.client.signals(interface: "test.Echo", member: "Ping")
+        let blocker = await OwnerThreadBlocker(fixture.server)
+        defer { blocker.release() }
+        #expect(fixture.object.emit("Ping", [.uint32(1)], droppable: true))
+        #expect(fixture.object.emit("Ping", [.uint32(2)], droppable: true))
+        #expect(!fixture.object.emit("Ping", [.uint32(3)], droppable: true))
+        #expect(fixture.object.emit("Ping", [.uint32(4)]))
+        #expect(fixture.server.loop.droppedJobs == 1)
+        blocker.release()
+        var received: [DBusValue] = []
+        for await signal in pings {
+            received += signal.arguments
+            if signal.arguments == [.uint32(4)] { break }
+        }
+        #expect(received == [.uint32(1), .uint32(2), .uint32(4)])
+        #expect(fixture.server.isConnected)
+    }
+
+    @Test func aWedgedConnectionThreadClosesTheConnection() async throws {
+        let fixture = try await EchoFixture(bounds: .init(soft: 2, hard: 4))
+        let blocker = await OwnerThreadBlocker(fixture.server)
+        defer { blocker.release() }
+        for n in 1...4 { #expect(fixture.object.emit("Ping", [.uint32(UInt32(n))])) }
+        #expect(!fixture.object.emit("Ping", [.uint32(5)]))
+        // Returns although the owner thread is still blocked.
+        await fixture.server.waitUntilDisconnected()
+        #expect(!fixture.server.isConnected)
+        await #expect(throws: DBusError.self) {
+            try await fixture.server.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetId")
+        }
+    }
+}
+
+/// Checks against the declaration that would otherwise end in `assertionFailure`, and the
+/// exactly-once rule of ``DBusReply``, without a bus.
+@Suite("Declaration checks and replies")
+struct CheckTests {
+    let object: DBusObject
+
+    init() throws {
+        object = try DBusObject(
+            path: "/test/Checked",
+            interfaces: [
+                DBusInterface(
+                    name: "test.Checked",
+                    properties: [DBusProperty("Count", .uint32(0)), DBusProperty("Label", .string(""))],
+                    signals: [
+                        DBusSignal("Level", arguments: [DBusArgument("level", .double)]),
+                        DBusSignal("Pair", arguments: [DBusArgument("a", .string), DBusArgument("b", .boolean)]),
+                    ]),
+                DBusInterface(name: "test.Other", properties: [DBusProperty("Flag", .boolean(false))]),
+            ])
+    }
+
+    @Test func signalsMustMatchTheirDeclaration() {
+        #expect(object.check(signal: "Level", arguments: [.double(0.5)]) == nil)
+        #expect(
+            object.check(signal: "Pair", interface: "test.Checked", arguments: [.string("a"), .boolean(true)]) == nil)
+        #expect(
+            object.check(
+                signal: "PropertiesChanged", interface: "org.freedesktop.DBus.Properties",
+                arguments: [.string("test.Checked"), .vardict([]), .strings([])]) == nil)
+
+        #expect(object.check(signal: "Level", arguments: [.uint32(1)])?.contains("takes (d)") == true)
+        #expect(object.check(signal: "Level", arguments: []) != nil)
+        #expect(object.check(signal: "Pair", arguments: [.string("a")]) != nil)
+        #expect(object.check(signal: "Nope", arguments: []) != nil)
+        #expect(object.check(signal: "Level", interface: "test.Other", arguments: [.double(1)]) != nil)
+        #expect(object.check(signal: "Level", interface: "test.Missing", arguments: [.double(1)]) != nil)
+        #expect(
+            object.check(
+                signal: "PropertiesChanged", interface: "org.freedesktop.DBus.Properties", arguments: [.string("x")])
+                != nil)
+    }
+
+    @Test func propertiesMustMatchTheirDeclaration() {
+        #expect(object.check(properties: [("Count", .uint32(3)), ("Label", .string("x"))]) == nil)
+        #expect(object.check(properties: [("Flag", .boolean(true))]) == nil)
+        #expect(object.check(properties: [("Count", .string("3"))])?.contains("type 'u'") == true)
+        #expect(object.check(properties: [("Nope", .uint32(3))]) != nil)
+        // One call sets properties of one interface only.
+        #expect(object.check(properties: [("Count", .uint32(3)), ("Flag", .boolean(true))]) != nil)
+        #expect(object.check(properties: [("Count", .uint32(3))], interface: "test.Other") != nil)
+    }
+
+    @Test func repliesMustMatchTheDeclaredOutputs() {
+        #expect(DBusReply.check([.string("x"), .boolean(true)], outputs: [.string, .boolean], member: "M") == nil)
+        #expect(DBusReply.check([], outputs: [], member: "M") == nil)
+        #expect(DBusReply.check([.string("x")], outputs: [.string, .boolean], member: "M") != nil)
+        #expect(DBusReply.check([.uint32(1)], outputs: [.variant], member: "M") != nil)
+    }
+
+    /// Outcomes of a reply, recorded instead of sent.
+    final class Outcomes: Sendable {
+        private let list = Mutex<[DBusReply.Outcome]>([])
+        var recorded: [DBusReply.Outcome] { list.withLock { $0 } }
+
+        func reply() -> DBusReply {
+            DBusReply(member: "M", outputs: [.uint32], logger: Logger(label: "test")) { outcome in
+                self.list.withLock { $0.append(outcome) }
+            }
+        }
+    }
+
+    @Test func aReplyDroppedUnansweredSendsExactlyOneError() {
+        let outcomes = Outcomes()
+        do { _ = outcomes.reply() }
+        #expect(outcomes.recorded == [.error(.failed("the service dropped this call"))])
+    }
+
+    @Test func laterRepliesAreIgnored() {
+        let outcomes = Outcomes()
+        do {
+            let reply = outcomes.reply()
+            reply.send([.uint32(1)])
+            reply.send([.uint32(2)])
+            reply.fail(DBusError.failed("late"))
+        }
+        #expect(outcomes.recorded == [.values([.uint32(1)])])
+    }
+
+    @Test func errorsAreMadeSafeForTheWire() {
+        #expect(DBusReply.wireError(for: DBusError(name: "not a name", message: "a\0b")) == .failed("ab"))
+        #expect(DBusReply.wireError(for: PlainError()).name == "org.freedesktop.DBus.Error.Failed")
+        #expect(DBusReply.wireError(for: DBusError.invalidArgs("x")) == .invalidArgs("x"))
     }
 }

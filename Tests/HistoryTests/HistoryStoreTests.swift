@@ -1,5 +1,6 @@
 import Foundation
-import History
+@testable import History
+import Synchronization
 import TestSupport
 import Testing
 
@@ -35,6 +36,21 @@ struct HistoryStoreTests {
         #expect(try store.sessions().first { $0.id == "b" }?.text == "second session here")
         let b = try #require(try store.sessions().first { $0.id == "b" })
         #expect(b.ended != nil && b.ended! > b.started)
+    }
+
+    /// GetHistory used to run one query per session.
+    @Test func readsEverySessionInOneQuery() throws {
+        let statements = Mutex<[String]>([])
+        let store = try HistoryStore(path: path, trace: { sql in statements.withLock { $0.append(sql) } })
+        for (index, id) in ["a", "b", "c", "d"].enumerated() {
+            try session(store, id, daysAgo: Double(4 - index), finals: ["\(id) one", "\(id) two", "\(id) three"])
+        }
+        statements.withLock { $0 = [] }
+        let entries = try store.sessions(limit: 3)
+        #expect(entries.map(\.id) == ["d", "c", "b"])
+        #expect(entries.map(\.text) == ["d one d two d three", "c one c two c three", "b one b two b three"])
+        let selects = statements.withLock { $0 }.filter { $0.contains("FROM session") || $0.contains("FROM final") }
+        #expect(selects.count == 1, "\(selects)")
     }
 
     @Test func fullTextSearch() throws {

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import SpeechAPI
 import TestSupport
 import Testing
 
@@ -224,12 +225,12 @@ extension Integration {
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([("source", .string("no-such-mic"))])])
             }
-            #expect(error?.name == "io.github.sttd.Speech1.Error.MicrophoneUnavailable")
+            #expect(error?.name == SpeechAPI.errorName("MicrophoneUnavailable"))
             #expect(error?.message.contains("no-such-mic") == true)
             #expect(error?.message.contains("sttctl sources") == true)
             #expect(try await sttd.property("MicrophoneStatus") == .string("unavailable"))
             #expect(
-                try await sttd.property("LastError") == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
+                try await sttd.property("LastError") == .string(SpeechAPI.errorName("MicrophoneUnavailable")))
             #expect(try await sttd.property("State") == .string("idle"))
         }
     }
@@ -244,7 +245,7 @@ extension Integration {
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
             }
-            #expect(error?.name == "io.github.sttd.Speech1.Error.BackendUnavailable")
+            #expect(error?.name == SpeechAPI.errorName("BackendUnavailable"))
             #expect(error?.message.contains("pocketsphinx-en-us") == true)
             #expect(try await sttd.property("AuthorizationStatus") == .string("restricted"))
             #expect(try await sttd.call("RequestAuthorization") == [.string("restricted")])
@@ -268,7 +269,7 @@ extension Integration {
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
             }
-            #expect(error?.name == "io.github.sttd.Speech1.Error.BackendUnavailable")
+            #expect(error?.name == SpeechAPI.errorName("BackendUnavailable"))
             #expect(error?.message.contains("broken") == true)
             #expect(sttd.sttd.isRunning)
             #expect(try await sttd.property("AuthorizationStatus") == .string("restricted"))
@@ -279,10 +280,10 @@ extension Integration {
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([("backend", .string("deepgram"))])])
             }
-            #expect(error?.name == "io.github.sttd.Speech1.Error.NotAuthorized")
+            #expect(error?.name == SpeechAPI.errorName("NotAuthorized"))
             #expect(error?.message.contains("STTD_API_KEY") == true)
             #expect(try await sttd.property("AuthorizationStatus") == .string("restricted"))
-            #expect(try await sttd.property("LastError") == .string("io.github.sttd.Speech1.Error.NotAuthorized"))
+            #expect(try await sttd.property("LastError") == .string(SpeechAPI.errorName("NotAuthorized")))
         }
 
         @Test(arguments: [

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import SpeechAPI
 import TestSupport
 import Testing
 
@@ -71,18 +72,18 @@ extension Integration {
             let failed = await recorder.wait { signals in signals.contains { $0.member == "SessionFailed" } }
             #expect(failed)
             let failure = recorder.signals(named: "SessionFailed").first?.arguments
-            #expect(failure?.first == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
+            #expect(failure?.first == .string(SpeechAPI.errorName("MicrophoneUnavailable")))
             #expect(try await sttd.property("State") == .string("idle"))
             #expect(try await sttd.property("Transcript") == .string(heard))
             #expect(try await sttd.property("MicrophoneStatus") == .string("unavailable"))
             #expect(
-                try await sttd.property("LastError") == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
+                try await sttd.property("LastError") == .string(SpeechAPI.errorName("MicrophoneUnavailable")))
 
             // Without a sound server, starting fails clearly; the service keeps answering.
             let down = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
             }
-            #expect(down?.name == "io.github.sttd.Speech1.Error.MicrophoneUnavailable")
+            #expect(down?.name == SpeechAPI.errorName("MicrophoneUnavailable"))
             try await sttd.call("Ping", interface: "org.freedesktop.DBus.Peer")
 
             try sttd.pulse.start()
@@ -177,7 +178,7 @@ extension Integration {
             let client = try await DBusConnection.connect(to: .address(bus.address))
             let owner = try await client.call(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "GetConnectionUnixProcessID", arguments: [.string("io.github.sttd.Speech1")])
+                member: "GetConnectionUnixProcessID", arguments: [.string(SpeechAPI.busName)])
             if let pid = owner.first?.uint32 { kill(pid_t(pid), SIGTERM) }
             client.close()
         }

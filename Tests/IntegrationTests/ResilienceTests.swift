@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 import History
+import SpeechAPI
 import Synchronization
 import TestSupport
 import Testing
@@ -88,7 +89,7 @@ extension Integration {
             #expect(failed)
             #expect(
                 recorder.signals(named: "SessionFailed").first?.arguments.first
-                    == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
+                    == .string(SpeechAPI.errorName("MicrophoneUnavailable")))
             #expect(recorder.changes(of: "State").map(\.string) == ["starting", "listening", "reconnecting", "idle"])
         }
 
@@ -105,7 +106,7 @@ extension Integration {
             }
             #expect(failed)
             let failure = recorder.signals(named: "SessionFailed").first?.arguments
-            #expect(failure?.first == .string("io.github.sttd.Speech1.Error.MicrophoneUnavailable"))
+            #expect(failure?.first == .string(SpeechAPI.errorName("MicrophoneUnavailable")))
             #expect(failure?.last?.string?.contains("desk.monitor") == true, "\(failure ?? [])")
             #expect(
                 !recorder.changes(of: "State").contains(.string("reconnecting")), "a named source is not waited for")

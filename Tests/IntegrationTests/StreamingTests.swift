@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import SpeechAPI
 import TestSupport
 import Testing
 
@@ -47,7 +48,7 @@ extension Integration {
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
             }
-            #expect(error?.name == "io.github.sttd.Speech1.Error.NotAuthorized")
+            #expect(error?.name == SpeechAPI.errorName("NotAuthorized"))
             #expect(error?.message.contains("401") == true)
             #expect(error?.message.contains(wrong) == false)
             #expect(try await sttd.property("AuthorizationStatus") == .string("denied"))

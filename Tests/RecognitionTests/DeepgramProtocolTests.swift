@@ -66,15 +66,21 @@ struct DeepgramProtocolTests {
         for status in [400, 401, 402, 403] { #expect(!DeepgramProtocol.isRetryable(handshakeStatus: status)) }
     }
 
-    @Test func ledgerReplaysUnansweredAudioAndDropsDuplicateFinals() {
+    @Test func ledgerReplaysUnansweredAudioAndDropsDuplicateFinals() throws {
         var ledger = StreamLedger(capacity: .seconds(30))
-        for _ in 0..<30 { ledger.append(AudioChunk(samples: Array(repeating: 1, count: 1600))) }  // 3 s
-        #expect(ledger.beginConnection().flatMap { $0 }.count == 48_000)
+        #expect(ledger.beginConnection() == 0)
+        for _ in 0..<30 {  // 3 s, sent as it comes
+            try ledger.append(AudioChunk(samples: Array(repeating: 1, count: 1600)))
+            #expect(ledger.takeUnsent()?.count == 1600)
+        }
+        #expect(ledger.unsent == 0)
         let first = ledger.acceptFinal(start: 0, duration: 1)
         #expect(first)
         #expect(ledger.unanswered == 32_000)
         // The connection drops; the next one starts with the unanswered two seconds.
-        let replay = ledger.beginConnection().flatMap { $0 }
+        #expect(ledger.beginConnection() == 32_000)
+        var replay: [Int16] = []
+        while let samples = ledger.takeUnsent() { replay += samples }
         #expect(replay.count == 32_000)
         #expect(ledger.connectionBase == 16_000)
         #expect(ledger.sessionTime(0.5) == 1.5)
@@ -85,13 +91,43 @@ struct DeepgramProtocolTests {
         #expect(second)
         #expect(ledger.lastFinalEnd == 3)
         #expect(ledger.unanswered == 0)
+        #expect(ledger.released == 0)
     }
 
-    @Test func ledgerIsBounded() {
+    @Test func ledgerReleasesSentAudioPastItsCapacity() throws {
         var ledger = StreamLedger(capacity: .seconds(1))
-        for _ in 0..<30 { ledger.append(AudioChunk(samples: Array(repeating: 1, count: 1600))) }
-        #expect(ledger.unanswered <= 16_000)
-        #expect(ledger.dropped == 48_000 - ledger.unanswered)
+        ledger.beginConnection()
+        for _ in 0..<30 {
+            try ledger.append(AudioChunk(samples: Array(repeating: 1, count: 1600)))
+            _ = ledger.takeUnsent()
+        }
+        #expect(ledger.unanswered == 16_000, "the newest second is kept")
+        #expect(ledger.released == 32_000, "sent audio past the capacity is released, and counted")
+        #expect(ledger.beginConnection() == 16_000, "what is kept is replayed")
+        #expect(ledger.connectionBase == 32_000)
+    }
+
+    @Test func ledgerNeverDropsUnsentAudio() throws {
+        var ledger = StreamLedger(capacity: .seconds(1))
+        ledger.beginConnection()
+        let chunk = AudioChunk(samples: Array(repeating: 1, count: 1600))
+        for _ in 0..<5 {
+            try ledger.append(chunk)
+            _ = ledger.takeUnsent()
+        }
+        // The connection drops: nothing more is sent.
+        for _ in 0..<10 { try ledger.append(chunk) }
+        #expect(ledger.released == 8_000, "the sent half second made room")
+        #expect(ledger.unsent == 16_000)
+        let overflow = #expect(throws: StreamLedger.Overflow.self) { try ledger.append(chunk) }
+        #expect(overflow?.unsent == 17_600 && overflow?.capacity == 16_000)
+        #expect(ledger.captured == 24_000, "the chunk that did not fit was not taken")
+        #expect(ledger.unanswered == 16_000)
+        // Back online: once audio goes out again there is room.
+        #expect(ledger.beginConnection() == 16_000)
+        _ = ledger.takeUnsent()
+        try ledger.append(chunk)
+        #expect(ledger.unsent == 16_000)
     }
 
     @Test func backoffIsBoundedWithFullJitter() {

@@ -5,27 +5,55 @@ import Recognition
 import TestSupport
 import Testing
 
-/// Streams audio through a session and collects what comes back.
+/// Keeps a session's events in order; tests wait on them instead of sleeping.
+final class EventCollector: RecognitionEventSink {
+    let events = Watched<[RecognitionEvent]>([])
+
+    func deliver(_ event: RecognitionEvent) { events.update { $0.append(event) } }
+
+    /// Non-empty finals.
+    var finals: [String] {
+        events.value.compactMap {
+            guard case .result(let result) = $0, result.isFinal, !result.text.isEmpty else { return nil }
+            return result.text
+        }
+    }
+    var interims: [String] {
+        events.value.compactMap {
+            guard case .result(let result) = $0, !result.isFinal else { return nil }
+            return result.text
+        }
+    }
+    var reconnects: [Bool] {
+        events.value.compactMap {
+            guard case .reconnecting(let down) = $0 else { return nil }
+            return down
+        }
+    }
+}
+
+/// Streams audio through a session (its run() a child task) and collects what comes back.
 func stream(
     _ samples: [Int16], to recognizer: DeepgramRecognizer, options: SessionOptions = SessionOptions()
 ) async throws -> (finals: [String], interims: [String], reconnects: [Bool]) {
-    let session = try await recognizer.startSession(options)
-    for start in stride(from: 0, to: samples.count, by: 1600) {
-        session.send(AudioChunk(samples: Array(samples[start..<min(start + 1600, samples.count)])))
-    }
-    session.finish()
-    var finals: [String] = []
-    var interims: [String] = []
-    var reconnects: [Bool] = []
-    for try await event in session.events {
-        switch event {
-        case .result(let result) where result.isFinal: if !result.text.isEmpty { finals.append(result.text) }
-        case .result(let result): interims.append(result.text)
-        case .reconnecting(let down): reconnects.append(down)
-        case .speechActivity: break
+    let collector = EventCollector()
+    let session = try await recognizer.startSession(options, events: collector)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await session.run() }
+        for start in stride(from: 0, to: samples.count, by: 1600) {
+            session.send(AudioChunk(samples: Array(samples[start..<min(start + 1600, samples.count)])))
         }
+        session.finish()
+        try await group.waitForAll()
     }
-    return (finals, interims, reconnects)
+    return (collector.finals, collector.interims, collector.reconnects)
+}
+
+/// How long `body` took.
+func elapsed(_ body: () async throws -> Void) async rethrows -> Duration {
+    let started = ContinuousClock.now
+    try await body()
+    return ContinuousClock.now - started
 }
 
 /// Little-endian bytes of samples, as sent on the wire.
@@ -33,7 +61,7 @@ func wireBytes(_ samples: [Int16]) -> [UInt8] {
     samples.flatMap { [UInt8(truncatingIfNeeded: $0), UInt8(truncatingIfNeeded: $0 >> 8)] }
 }
 
-@Suite("Deepgram streaming against a loopback server")
+@Suite("Deepgram streaming against a loopback server", .timeLimit(.minutes(2)))
 struct DeepgramStreamingTests {
     let recording: [Int16]
     let logs = LogRecorder()
@@ -46,13 +74,17 @@ struct DeepgramStreamingTests {
         _ server: DeepgramTestServer, key: String? = nil, subprotocol: Bool = false, url: String? = nil,
         caFile: String = "",
         backoff: Backoff = Backoff(
-            base: .milliseconds(20), cap: .milliseconds(200), maxAttempts: 5, maxTotal: .seconds(5))
+            base: .milliseconds(20), cap: .milliseconds(200), maxAttempts: 5, maxTotal: .seconds(5)),
+        replayCapacity: Duration = .seconds(60), connectTimeout: Duration = .seconds(10),
+        keepAliveInterval: Duration = .seconds(4), environment: [String: String] = [:]
     ) -> DeepgramRecognizer {
         DeepgramRecognizer(
             settings: DeepgramSettings(
                 url: url ?? server.url(), useSubprotocol: subprotocol, model: "nova-3", caFile: caFile,
-                parameters: ["smart_format": "true"], backoff: backoff),
-            environment: ["STTD_API_KEY": key ?? server.script.key], logger: logs.logger())
+                parameters: ["smart_format": "true"], backoff: backoff, replayCapacity: replayCapacity,
+                connectTimeout: connectTimeout, keepAliveInterval: keepAliveInterval),
+            environment: environment.merging(["STTD_API_KEY": key ?? server.script.key]) { $1 },
+            logger: logs.logger())
     }
 
     @Test func headerAuthQueryAndOrderedStop() async throws {
@@ -107,7 +139,7 @@ struct DeepgramStreamingTests {
         let server = try await DeepgramTestServer()
         let wrong = "wrong-key-abcdef"
         let error = await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer(server, key: wrong).startSession(SessionOptions())
+            _ = try await recognizer(server, key: wrong).startSession(SessionOptions(), events: EventCollector())
         }
         #expect(error?.kind == .notAuthorized)
         #expect(error?.authorization == .denied)
@@ -127,7 +159,7 @@ struct DeepgramStreamingTests {
         script.refusals = [402]
         let server = try await DeepgramTestServer(script: script)
         let error = await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer(server).startSession(SessionOptions())
+            _ = try await recognizer(server).startSession(SessionOptions(), events: EventCollector())
         }
         #expect(error?.authorization == .restricted)
         #expect(error?.message.contains("scripted 402") == true, "the provider's reason: \(error?.message ?? "")")
@@ -161,7 +193,7 @@ struct DeepgramStreamingTests {
             _ = try await recognizer(
                 server,
                 backoff: Backoff(base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5))
-            ).startSession(SessionOptions())
+            ).startSession(SessionOptions(), events: EventCollector())
         }
         #expect(error?.kind == .backendUnavailable)
         #expect(server.connections.count == 4, "one try and three retries")
@@ -182,10 +214,17 @@ struct DeepgramStreamingTests {
 
     @Test func keepAliveWhenNothingIsSent() async throws {
         let server = try await DeepgramTestServer()
-        let session = try await recognizer(server).startSession(SessionOptions())
-        try await Task.sleep(for: .milliseconds(5_500))
-        session.finish()
-        for try await _ in session.events {}
+        let session = try await recognizer(server, keepAliveInterval: .milliseconds(300))
+            .startSession(SessionOptions(), events: EventCollector())
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await session.run() }
+            let keptAlive = await server.wait {
+                ($0.first?.controls.filter { $0.type == "KeepAlive" }.count ?? 0) >= 2
+            }
+            #expect(keptAlive, "a KeepAlive goes out whenever nothing else did for the interval")
+            session.finish()
+            try await group.waitForAll()
+        }
         let controls = server.connections.first?.controls.map(\.type) ?? []
         #expect(controls.first == "KeepAlive", "\(controls)")
         #expect(controls.suffix(2) == ["Finalize", "CloseStream"])
@@ -196,27 +235,22 @@ struct DeepgramStreamingTests {
         script.dropAfterBytes = 2 * 32_000 + 3_200
         script.refuseReconnects = 503
         let server = try await DeepgramTestServer(script: script)
+        let collector = EventCollector()
         let session = try await recognizer(
             server,
             backoff: Backoff(base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5))
         )
-        .startSession(SessionOptions(interimResults: false))
+        .startSession(SessionOptions(interimResults: false), events: collector)
         for start in stride(from: 0, to: 64_000, by: 1600) {
             session.send(AudioChunk(samples: Array(recording[start..<start + 1600])))
         }
-        var finals: [String] = []
-        var reconnecting: [Bool] = []
-        let error = await #expect(throws: RecognitionError.self) {
-            for try await event in session.events {
-                switch event {
-                case .result(let result): finals.append(result.text)
-                case .reconnecting(let down): reconnecting.append(down)
-                case .speechActivity: break
-                }
-            }
-        }
+        let error = await #expect(throws: RecognitionError.self) { try await session.run() }
         #expect(error?.kind == .backendUnavailable)
-        #expect(reconnecting == [true])
+        #expect(collector.reconnects == [true])
+        let finals = collector.events.value.compactMap { event -> String? in
+            guard case .result(let result) = event else { return nil }
+            return result.text
+        }
         #expect(finals == server.finalsSent, "finals received before the drop are kept")
         #expect(server.connections.count == 4, "the first connection and three refused reconnects")
     }
@@ -245,7 +279,7 @@ struct DeepgramStreamingTests {
             environment: ["STTD_API_KEY": "silent-server-key"], logger: logs.logger())
         let started = ContinuousClock.now
         let error = await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer.startSession(SessionOptions())
+            _ = try await recognizer.startSession(SessionOptions(), events: EventCollector())
         }
         #expect(error?.kind == .backendUnavailable)
         #expect(error?.message.contains("handshake") == true, "\(error?.message ?? "")")
@@ -273,16 +307,212 @@ struct DeepgramStreamingTests {
 
     @Test func cancelClosesTheConnectionAtOnce() async throws {
         let server = try await DeepgramTestServer()
-        let session = try await recognizer(server).startSession(SessionOptions())
-        session.send(AudioChunk(samples: Array(recording.prefix(8_000))))
-        try await Task.sleep(for: .milliseconds(200))
-        session.cancel()
-        for try await _ in session.events {}
-        let deadline = ContinuousClock.now + .seconds(3)
-        while server.openConnections > 0, ContinuousClock.now < deadline {
-            try await Task.sleep(for: .milliseconds(20))
+        let session = try await recognizer(server).startSession(SessionOptions(), events: EventCollector())
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await session.run() }
+            session.send(AudioChunk(samples: Array(recording.prefix(8_000))))
+            #expect(await server.wait { ($0.first?.audioBytes ?? 0) >= 16_000 })
+            session.cancel()
+            try await group.waitForAll()
         }
-        #expect(server.openConnections == 0, "the socket closes on cancel, not when the server times out")
+        #expect(
+            await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } },
+            "the socket closes on cancel, not when the server times out")
+    }
+
+    @Test func cancellingTheRunningTaskEndsTheSessionPromptly() async throws {
+        let server = try await DeepgramTestServer()
+        let collector = EventCollector()
+        let session = try await recognizer(server).startSession(SessionOptions(), events: collector)
+        let took = try await elapsed {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await session.run() }
+                // Two seconds at once: 0.6 s goes out directly (the pacer's head start), the rest
+                // only through run()'s paced drain, so a seventh frame shows run() is under way.
+                for start in stride(from: 0, to: 32_000, by: 1_600) {
+                    session.send(AudioChunk(samples: Array(recording[start..<start + 1_600])))
+                }
+                #expect(await server.wait { ($0.first?.audioBytes ?? 0) >= 22_400 })
+                group.cancelAll()
+                try await group.waitForAll()
+            }
+        }
+        #expect(took < .seconds(5), "\(took)")
+        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+        let before = collector.events.value.count
+        session.send(AudioChunk(samples: Array(recording.prefix(1_600))))
+        #expect(collector.events.value.count == before, "nothing is delivered after run() returned")
+    }
+
+    @Test func refusalWhoseBodyNeverEndsIsDeniedAtOnce() async throws {
+        var script = DeepgramTestServer.Script()
+        script.stallRefusalBody = true
+        let server = try await DeepgramTestServer(script: script)
+        var error: RecognitionError?
+        let took = await elapsed {
+            error = await #expect(throws: RecognitionError.self) {
+                _ = try await recognizer(server, key: "wrong-key-0000").startSession(
+                    SessionOptions(), events: EventCollector())
+            }
+        }
+        #expect(error?.kind == .notAuthorized)
+        #expect(error?.authorization == .denied)
+        #expect(error?.message.contains("401") == true)
+        #expect(took < .seconds(3.5), "the status decides; the body is read for 2 s at most: \(took)")
+        #expect(server.connections.count == 1, "401 is not retried")
+        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+    }
+
+    @Test func serverThatNeverAnswersFailsWithinTheConnectTimeout() async throws {
+        var script = DeepgramTestServer.Script()
+        script.neverAnswer = true
+        let server = try await DeepgramTestServer(script: script)
+        let recognizer = recognizer(server, backoff: Backoff(), connectTimeout: .seconds(1))
+        var error: RecognitionError?
+        let took = await elapsed {
+            error = await #expect(throws: RecognitionError.self) {
+                _ = try await recognizer.startSession(SessionOptions(), events: EventCollector())
+            }
+        }
+        #expect(error?.kind == .backendUnavailable)
+        #expect(error?.message.contains("handshake") == true, "\(error?.message ?? "")")
+        #expect(took < .seconds(2.5), "\(took)")
+        var status = RecognizerAuthorization.authorized
+        let authorizing = await elapsed { status = await recognizer.authorize().0 }
+        #expect(status == .notDetermined)
+        #expect(authorizing < .seconds(2.5), "\(authorizing)")
+        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+    }
+
+    @Test func proxyThatNeverAnswersFailsWithinTheConnectTimeout() async throws {
+        let server = try await DeepgramTestServer()
+        let proxy = try ConnectProxy(answers: false)
+        defer { proxy.stop() }
+        let recognizer = recognizer(
+            server, backoff: Backoff(), connectTimeout: .seconds(1),
+            environment: ["http_proxy": "http://127.0.0.1:\(proxy.port)"])
+        let took = await elapsed {
+            await #expect(throws: RecognitionError.self) {
+                _ = try await recognizer.startSession(SessionOptions(), events: EventCollector())
+            }
+        }
+        #expect(took < .seconds(2.5), "\(took)")
+        #expect(proxy.requestedTargets.first == "127.0.0.1:\(server.port)")
+        #expect(server.connections.isEmpty)
+    }
+
+    @Test func serviceUnavailableOnEveryAttemptFailsWithinTheConnectTimeout() async throws {
+        var script = DeepgramTestServer.Script()
+        script.refusals = Array(repeating: 503, count: 1_000)
+        let server = try await DeepgramTestServer(script: script)
+        var error: RecognitionError?
+        // The default backoff would go on for up to 30 s; the connect timeout bounds the first connect.
+        let took = await elapsed {
+            error = await #expect(throws: RecognitionError.self) {
+                _ = try await recognizer(server, backoff: Backoff(), connectTimeout: .seconds(2))
+                    .startSession(SessionOptions(), events: EventCollector())
+            }
+        }
+        #expect(error?.kind == .backendUnavailable)
+        #expect(error?.message.contains("503") == true, "\(error?.message ?? "")")
+        #expect(took < .seconds(3), "\(took)")
+        #expect(server.connections.count >= 2, "retried while the deadline allowed")
+    }
+
+    @Test func cancellingAStartWhileConnectingEndsItPromptly() async throws {
+        var script = DeepgramTestServer.Script()
+        script.neverAnswer = true
+        let server = try await DeepgramTestServer(script: script)
+        let recognizer = recognizer(server, connectTimeout: .seconds(10))
+        var outcome: (any Error)?
+        let took = await elapsed {
+            outcome = await withTaskGroup(of: (any Error)?.self) { group in
+                group.addTask {
+                    do {
+                        _ = try await recognizer.startSession(SessionOptions(), events: EventCollector())
+                        return nil
+                    } catch {
+                        return error
+                    }
+                }
+                #expect(await server.wait { $0.count == 1 })
+                group.cancelAll()
+                return await group.next() ?? nil
+            }
+        }
+        #expect((outcome as? RecognitionError)?.message.contains("cancelled") == true, "\(String(describing: outcome))")
+        #expect(took < .seconds(3), "\(took)")
+        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+    }
+
+    @Test func connectionDownLongerThanTheReplayBufferFailsTheSession() async throws {
+        var script = DeepgramTestServer.Script()
+        script.dropAfterBytes = 3_200
+        script.refuseReconnects = 503
+        let server = try await DeepgramTestServer(script: script)
+        let collector = EventCollector()
+        let session = try await recognizer(
+            server,
+            backoff: Backoff(
+                base: .milliseconds(20), cap: .milliseconds(50), maxAttempts: 1_000, maxTotal: .seconds(60)),
+            replayCapacity: .seconds(1)
+        ).startSession(SessionOptions(), events: collector)
+        let error = await #expect(throws: RecognitionError.self) {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await session.run() }
+                session.send(AudioChunk(samples: Array(recording.prefix(1_600))))
+                #expect(await collector.events.wait { $0.contains(.reconnecting(true)) })
+                // 1.5 s captured while no connection is open: more than the 1 s buffer.
+                for start in stride(from: 1_600, to: 25_600, by: 1_600) {
+                    session.send(AudioChunk(samples: Array(recording[start..<start + 1_600])))
+                }
+                try await group.waitForAll()
+            }
+        }
+        #expect(error?.kind == .backendUnavailable)
+        #expect(error?.message.contains("replay buffer") == true, "\(error?.message ?? "")")
+        #expect(logs.all.contains { $0.contains("can no longer be replayed") }, "releasing sent audio is logged")
+    }
+
+    @Test func stalledSocketIsAbortedOnceTheWriteBoundIsReached() async throws {
+        var script = DeepgramTestServer.Script()
+        script.stopReadingAfterBytes = 32_000
+        let server = try await DeepgramTestServer(script: script)
+        let url = try #require(URL(string: server.url()))
+        let frame = [Int16](repeating: 7, count: 1_600)
+        // A server that reads: bursts within the bound go out.
+        let reading = try await DeepgramTestServer()
+        let healthy = try await WebSocketConnection.connect(
+            url: try #require(URL(string: reading.url())), headers: [("Authorization", "Token \(reading.script.key)")],
+            tls: nil, logger: logs.logger(), onMessage: { _ in })
+        for batch in 1...20 {
+            for _ in 0..<50 { healthy.send(binary: frame) }
+            #expect(await reading.wait { $0.first?.audioBytes == batch * 160_000 })
+        }
+        healthy.close()
+        // A server that stopped reading: once the kernel's buffers are full, writes queue up to the bound.
+        let connection = try await WebSocketConnection.connect(
+            url: url, headers: [("Authorization", "Token \(server.script.key)")], tls: nil, logger: logs.logger(),
+            onMessage: { _ in })
+        let ended = Watched<WebSocketEnd?>(nil)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask {
+                let end = await connection.end
+                ended.update { $0 = end }
+            }
+            // 50 frames (160 kB, half the bound) at a time, until the connection gives up (at most 64 MB).
+            for _ in 0..<400 where ended.value == nil {
+                for _ in 0..<50 { connection.send(binary: frame) }
+                _ = await ended.wait(timeout: .milliseconds(10)) { $0 != nil }
+            }
+            connection.abort()
+            try await group.waitForAll()
+        }
+        guard case .dropped(let reason) = ended.value else {
+            Issue.record("the connection did not end as dropped: \(String(describing: ended.value))")
+            return
+        }
+        #expect(reason.contains("stalled"), "\(reason)")
     }
 
     @Test func undecodableAudioCloseIsNotRetried() async throws {
@@ -324,7 +554,7 @@ struct DeepgramStreamingTests {
         // Without the CA the system trust store does not know the server.
         let untrusted = await #expect(throws: RecognitionError.self) {
             _ = try await recognizer(good, url: good.url(tls: true), backoff: Backoff(maxAttempts: 0)).startSession(
-                SessionOptions())
+                SessionOptions(), events: EventCollector())
         }
         #expect(untrusted?.kind == .backendUnavailable)
         // A certificate for another host is refused even with the right CA.
@@ -333,7 +563,7 @@ struct DeepgramStreamingTests {
         let mismatch = await #expect(throws: RecognitionError.self) {
             _ = try await recognizer(
                 wrong, url: wrong.url(tls: true), caFile: certificates.caCertificate, backoff: Backoff(maxAttempts: 0)
-            ).startSession(SessionOptions())
+            ).startSession(SessionOptions(), events: EventCollector())
         }
         #expect(mismatch?.kind == .backendUnavailable)
         #expect(wrong.connections.allSatisfy { !$0.upgraded })

@@ -5,11 +5,14 @@ import Synchronization
 public final class ConnectProxy: Sendable {
     public let port: Int
     private let listener: Int32
+    private let answers: Bool
     private let targets = Mutex<[String]>([])
 
     public var requestedTargets: [String] { targets.withLock { $0 } }
 
-    public init() throws {
+    /// - Parameter answers: false for a proxy that reads each CONNECT request and never replies.
+    public init(answers: Bool = true) throws {
+        self.answers = answers
         listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)
@@ -53,6 +56,12 @@ public final class ConnectProxy: Sendable {
             let targetPort = UInt16(parts[1][parts[1].index(after: colon)...])
         else { close(client); return }
         targets.withLock { $0.append(String(parts[1])) }
+        guard answers else {
+            // Hold the socket until the client gives up.
+            while read(client, &byte, 1) == 1 {}
+            close(client)
+            return
+        }
         let upstream = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         var address = sockaddr_in()
         address.sin_family = sa_family_t(AF_INET)

@@ -32,6 +32,12 @@ public final class DeepgramTestServer: Sendable {
         public var extraMessages: [String] = []
         /// Sends words as [word, start_ms, end_ms] arrays, as SubQ's docs show.
         public var tupleWords = false
+        /// Accepts TCP connections and never answers anything.
+        public var neverAnswer = false
+        /// Refusals send their head and half their body, then nothing (the socket stays open).
+        public var stallRefusalBody = false
+        /// The first connection stops reading its socket after this many audio bytes.
+        public var stopReadingAfterBytes: Int?
         /// For latency benchmarks: this many extra interims per audio frame, each with the
         /// transcript `s<CLOCK_MONOTONIC nanoseconds at sending>`.
         public var stampedInterimsPerFrame = 0
@@ -62,7 +68,7 @@ public final class DeepgramTestServer: Sendable {
 
     public let port: Int
     public let script: Script
-    private let records = Mutex<[Connection]>([])
+    private let records = Watched<[Connection]>([])
     private let channel: any Channel
 
     /// Starts listening on 127.0.0.1; with `tls`, speaks wss with that certificate.
@@ -83,11 +89,13 @@ public final class DeepgramTestServer: Sendable {
                     if let sslContext {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     }
-                    let index = owner.records.withLock { records in
+                    let index = owner.records.update { records in
                         records.append(Connection())
                         return records.count - 1
                     }
                     channel.closeFuture.whenComplete { _ in owner.update(index) { $0.open = false } }
+                    // No handlers: what the client sends is dropped, nothing is ever answered.
+                    if owner.script.neverAnswer { return }
                     let session = ServerSession(server: owner, index: index)
                     let refusing = RefusingHTTPHandler(session: session)
                     let boundRefusing = NIOLoopBound(refusing, eventLoop: channel.eventLoop)
@@ -119,7 +127,14 @@ public final class DeepgramTestServer: Sendable {
         "\(tls ? "wss" : "ws")://\(host ?? (tls ? "localhost" : "127.0.0.1")):\(port)/v1/listen"
     }
 
-    public var connections: [Connection] { records.withLock { $0 } }
+    public var connections: [Connection] { records.value }
+
+    /// Waits until the connections seen so far satisfy `condition`; false if they did not within `timeout`.
+    public func wait(
+        timeout: Duration = .seconds(10), until condition: @escaping @Sendable ([Connection]) -> Bool
+    ) async -> Bool {
+        await records.wait(timeout: timeout, until: condition)
+    }
 
     /// Sockets still open.
     public var openConnections: Int { connections.filter(\.open).count }
@@ -128,7 +143,7 @@ public final class DeepgramTestServer: Sendable {
     public var finalsSent: [String] { connections.flatMap(\.finalsSent) }
 
     func update(_ index: Int, _ change: (inout Connection) -> Void) {
-        records.withLock { change(&$0[index]) }
+        records.update { change(&$0[index]) }
     }
 
     public func stop() {
@@ -234,6 +249,11 @@ final class RefusingHTTPHandler: ChannelInboundHandler, RemovableChannelHandler 
             wrapOutboundOut(
                 .head(HTTPResponseHead(version: .http1_1, status: .init(statusCode: status), headers: headers))),
             promise: nil)
+        if session.server.script.stallRefusalBody {
+            let half = String(body.prefix(body.utf8.count / 2))
+            context.writeAndFlush(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: half)))), promise: nil)
+            return
+        }
         context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(string: body)))), promise: nil)
         let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in bound.value.close(promise: nil) }
@@ -272,6 +292,10 @@ final class WebSocketServerHandler: ChannelInboundHandler {
             server.update(session.index) { $0.audioBytes += bytes.count }
             if session.isFirst, let limit = script.dropAfterBytes, session.audio.count >= limit {
                 context.close(promise: nil)
+                return
+            }
+            if session.isFirst, let limit = script.stopReadingAfterBytes, session.audio.count >= limit {
+                try? context.channel.syncOptions?.setOption(.autoRead, value: false)
                 return
             }
             if session.isFirst, let close = script.closeAfterBytes, session.audio.count >= close.bytes, !closing {
@@ -376,6 +400,65 @@ final class WebSocketServerHandler: ChannelInboundHandler {
                 // Give the client a moment to answer the close, then end the socket.
                 bound.value.eventLoop.scheduleTask(in: .milliseconds(200)) { bound.value.close(promise: nil) }
             }
+    }
+}
+
+/// A value that changes on other threads, and tasks waiting for it to satisfy a condition
+/// (instead of sleeping and looking again).
+public final class Watched<Value: Sendable>: Sendable {
+    private struct Waiter {
+        let id: Int
+        let condition: @Sendable (Value) -> Bool
+        let continuation: CheckedContinuation<Bool, Never>
+    }
+    private struct State {
+        var value: Value
+        var waiters: [Waiter] = []
+        var nextID = 0
+    }
+    private let state: Mutex<State>
+
+    public init(_ value: Value) { state = Mutex(State(value: value)) }
+
+    public var value: Value { state.withLock { $0.value } }
+
+    /// Changes the value and wakes the waiters whose condition now holds.
+    @discardableResult
+    public func update<Result: Sendable>(_ change: (inout Value) -> Result) -> Result {
+        let (result, satisfied) = state.withLock { state in
+            let result = change(&state.value)
+            let value = state.value
+            let satisfied = state.waiters.filter { $0.condition(value) }
+            state.waiters.removeAll { waiter in satisfied.contains { $0.id == waiter.id } }
+            return (result, satisfied)
+        }
+        for waiter in satisfied { waiter.continuation.resume(returning: true) }
+        return result
+    }
+
+    /// Waits until `condition` holds; false if it did not within `timeout`.
+    public func wait(timeout: Duration = .seconds(10), until condition: @escaping @Sendable (Value) -> Bool) async
+        -> Bool
+    {
+        await withCheckedContinuation { continuation in
+            let id = state.withLock { state -> Int? in
+                guard !condition(state.value) else { return nil }
+                state.nextID += 1
+                state.waiters.append(Waiter(id: state.nextID, condition: condition, continuation: continuation))
+                return state.nextID
+            }
+            guard let id else {
+                continuation.resume(returning: true)
+                return
+            }
+            MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(timeout)) {
+                let expired = self.state.withLock { state -> Waiter? in
+                    guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
+                    return state.waiters.remove(at: index)
+                }
+                expired?.continuation.resume(returning: false)
+            }
+        }
     }
 }
 

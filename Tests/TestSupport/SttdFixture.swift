@@ -1,13 +1,14 @@
 import DBus
 import Foundation
+import SpeechAPI
 import Synchronization
 
 /// A running `sttd` on a private bus with its own headless PulseAudio, and a client connection.
 public final class SttdFixture: @unchecked Sendable {
     // Safety: `sttd` is replaced only by `restartService()`, which tests call from one task.
-    public static let name = "io.github.sttd.Speech1"
-    public static let path = "/io/github/sttd/Speech1"
-    public static let interface = "io.github.sttd.Speech1"
+    public static let name = SpeechAPI.busName
+    public static let path = SpeechAPI.objectPath
+    public static let interface = SpeechAPI.interface
 
     public let bus: PrivateBus
     public let pulse: HeadlessPulse

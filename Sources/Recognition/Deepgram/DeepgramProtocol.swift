@@ -120,48 +120,81 @@ public enum DeepgramProtocol {
     }
 }
 
-/// Audio the server has not answered for yet, and the time bookkeeping across reconnections.
+/// Audio the server has not answered for yet, how much of it went out on the current
+/// connection, and the time bookkeeping across reconnections.
 ///
 /// Positions are in samples from the start of the session. A final's end marks audio the server
-/// has answered for; everything after it is kept (up to `capacity`) to be replayed on a new
-/// connection, whose time 0 is then the first replayed sample.
+/// has answered for; everything after it is kept to be replayed on a new connection, whose time 0
+/// is then the first replayed sample.
+///
+/// Capacity policy (`capacity`, 60 s by default): audio already sent on the current connection
+/// may be released when more than `capacity` is held; it just can no longer be replayed
+/// (`released` counts it). Audio not yet sent is never dropped: ``append(_:)`` throws
+/// ``Overflow`` instead, and the session fails rather than lose words silently.
 public struct StreamLedger: Sendable {
+    /// Unsent audio would exceed the capacity: the connection was down longer than the buffer holds.
+    public struct Overflow: Error, Sendable, Equatable {
+        public var unsent: Int
+        public var capacity: Int
+    }
+
     public let capacity: Int
-    /// Audio after `committed`, oldest first, with its start position.
-    private var pending: [(start: Int, samples: [Int16])] = []
+    /// Audio held, oldest first, with its start position; `chunks[head...]` is live (a moving
+    /// head instead of removeFirst, so releasing is O(1)).
+    private var chunks: [(start: Int, samples: [Int16])] = []
+    private var head = 0
+    /// Index of the first chunk not yet sent on the current connection.
+    private var next = 0
     /// Samples received from capture so far.
     public private(set) var captured = 0
-    /// Everything before this position has been answered for with a final.
+    /// Everything before this position has been answered for with a final (or released).
     public private(set) var committed = 0
     /// Session position of the current connection's time 0.
     public private(set) var connectionBase = 0
     /// End of the last final accepted, in session seconds (for dropping duplicates).
     public private(set) var lastFinalEnd = 0.0
-    /// Samples dropped because the buffer was full (lost audio).
-    public private(set) var dropped = 0
+    /// Samples sent but released unanswered because the buffer was full (cannot be replayed).
+    public private(set) var released = 0
 
     public init(capacity: Duration = .seconds(60)) {
         self.capacity = AudioFormat.samples(in: capacity)
     }
 
-    /// Adds captured audio.
-    public mutating func append(_ chunk: AudioChunk) {
-        pending.append((captured, chunk.samples))
+    /// Adds captured audio, releasing the oldest sent audio past `capacity`.
+    /// - Throws: ``Overflow`` (and keeps nothing of `chunk`) when the unsent audio would exceed `capacity`.
+    public mutating func append(_ chunk: AudioChunk) throws(Overflow) {
+        guard unsent + chunk.samples.count <= capacity else {
+            throw Overflow(unsent: unsent + chunk.samples.count, capacity: capacity)
+        }
+        chunks.append((captured, chunk.samples))
         captured += chunk.samples.count
-        var held = captured - (pending.first?.start ?? captured)
-        while held > capacity, let oldest = pending.first {
-            pending.removeFirst()
-            held -= oldest.samples.count
-            dropped += oldest.samples.count
+        while unanswered > capacity, head < next {
+            let oldest = chunks[head]
+            head += 1
+            released += oldest.start + oldest.samples.count - max(oldest.start, committed)
             committed = max(committed, oldest.start + oldest.samples.count)
         }
+        compact()
     }
 
-    /// Starts a new connection: returns the audio to replay, whose first sample is its time 0.
-    public mutating func beginConnection() -> [[Int16]] {
-        connectionBase = pending.first?.start ?? captured
-        return pending.map { $0.samples }
+    /// Starts a new connection: everything held is to be sent (again), its first sample being the
+    /// connection's time 0. Returns the samples to replay.
+    @discardableResult
+    public mutating func beginConnection() -> Int {
+        connectionBase = head < chunks.count ? chunks[head].start : captured
+        next = head
+        return unsent
     }
+
+    /// The oldest audio not yet sent on this connection, marked as sent.
+    public mutating func takeUnsent() -> [Int16]? {
+        guard next < chunks.count else { return nil }
+        next += 1
+        return chunks[next - 1].samples
+    }
+
+    /// Samples captured but not yet sent on this connection.
+    public var unsent: Int { captured - (next < chunks.count ? chunks[next].start : captured) }
 
     /// Session seconds of a time on the current connection.
     public func sessionTime(_ connectionSeconds: Double) -> Double {
@@ -177,17 +210,28 @@ public struct StreamLedger: Sendable {
         lastFinalEnd = end
         let answered = min(captured, Int((end * Double(AudioFormat.sampleRate)).rounded()))
         committed = max(committed, answered)
-        while let first = pending.first, first.start + first.samples.count <= committed {
-            pending.removeFirst()
+        while head < chunks.count, chunks[head].start + chunks[head].samples.count <= committed {
+            head += 1
         }
-        if let first = pending.first, first.start < committed {
-            pending[0] = (committed, Array(first.samples.dropFirst(committed - first.start)))
+        if head < chunks.count, chunks[head].start < committed {
+            let first = chunks[head]
+            chunks[head] = (committed, Array(first.samples.dropFirst(committed - first.start)))
         }
+        next = max(next, head)
+        compact()
         return true
     }
 
     /// Samples not yet answered for.
-    public var unanswered: Int { captured - (pending.first?.start ?? captured) }
+    public var unanswered: Int { captured - (head < chunks.count ? chunks[head].start : captured) }
+
+    /// Drops released chunks from storage once they make up most of it.
+    private mutating func compact() {
+        guard head >= 64, head * 2 >= chunks.count else { return }
+        chunks.removeFirst(head)
+        next -= head
+        head = 0
+    }
 }
 
 /// Keeps audio within the protocol's rate limit on one connection: at most 1.2x real time (the

@@ -41,34 +41,62 @@ public enum WebSocketMessage: Sendable, Equatable {
 /// headers (the streaming protocol needs 401 vs 402 vs 429 vs 5xx), which is why the
 /// connection is built here.
 ///
-/// Sending never waits: frames go to the channel from whatever thread sends them, in the order
-/// sent (through the event loop's task queue, also from the loop itself). Audio thus reaches the
-/// socket with one thread hop from the capture thread.
+/// Inbound: each message goes to the `onMessage` handler given to `connect`, called on the
+/// channel's event loop in `channelRead` as soon as its last frame is read: no queue and no
+/// thread hop between the socket and the handler. Nothing is delivered after the
+/// server's close frame, so once ``end`` returns the handler has been called for the last time.
+///
+/// Outbound: sending never waits: frames go to the channel from whatever thread sends them, in
+/// the order sent (through the event loop's task queue, also from the loop itself). Audio thus
+/// reaches the socket with one thread hop from the capture thread. Bound: at most
+/// ``maxQueuedBytes`` (10 s of audio) may be queued but not yet written to the socket; past that
+/// the connection counts as stalled and is aborted (``end`` says so), so its owner reconnects and
+/// replays from its ledger instead of queueing without limit.
 public final class WebSocketConnection: Sendable {
-    /// Messages from the server; ends when the connection does.
-    public let messages: AsyncStream<WebSocketMessage>
+    /// Called on the event loop for each message, in order; must not block.
+    public typealias MessageHandler = @Sendable (WebSocketMessage) -> Void
+
+    /// Bytes that may wait to be written before the connection counts as stalled: 10 s of
+    /// 16 kHz 16-bit audio (100 frames of 100 ms).
+    public static let maxQueuedBytes = 320_000
+    /// How long the body of a refused handshake is read, for its message only: the status has
+    /// already decided the outcome.
+    public static let refusalBodyTimeout = Duration.seconds(2)
+
     private let channel: any Channel
     private let endPromise: EventLoopPromise<WebSocketEnd>
-    /// Set once a close frame went out: nothing may follow it.
+    /// Set once a close frame went out or the connection stalled: nothing may follow.
     private let closed = Atomic<Bool>(false)
     /// When a frame was last queued (event loop clock, nanoseconds), for keep-alives.
     private let lastSent = Atomic<UInt64>(NIODeadline.now().uptimeNanoseconds)
+    /// Bytes handed to ``send(binary:)`` and friends whose write has not completed yet.
+    private let queuedBytes = Atomic<Int>(0)
 
-    /// How the connection ended (completes once).
+    /// How the connection ended; waits until it does. Cancelling the waiting task aborts the
+    /// connection (the wait still lasts until the channel has closed, which is soon).
     public var end: WebSocketEnd {
-        get async { (try? await endPromise.futureResult.get()) ?? .dropped("connection ended") }
+        get async {
+            await withTaskCancellationHandler {
+                (try? await endPromise.futureResult.get()) ?? .dropped("connection ended")
+            } onCancel: {
+                abort()
+            }
+        }
     }
 
-    /// Connects and performs the handshake.
-    /// - Throws: ``HandshakeRefusal`` if the server answered without upgrading; other errors for
-    ///   network and TLS failures.
+    /// Connects and performs the handshake, all within `timeout`: TCP connect, proxy tunnel, TLS,
+    /// the upgrade, and for a refusal at most ``refusalBodyTimeout`` of its body. Observes task
+    /// cancellation: the channel is closed and `CancellationError` thrown at once.
+    /// - Throws: ``HandshakeRefusal`` if the server answered without upgrading; `CancellationError`;
+    ///   other errors for network and TLS failures and the timeout.
     public static func connect(
         url: URL, headers: [(String, String)], tls: TLSConfiguration?, proxy: ProxySettings? = nil,
-        timeout: Duration = .seconds(10), logger: Logger
+        timeout: Duration = .seconds(10), logger: Logger, onMessage: @escaping MessageHandler
     ) async throws -> WebSocketConnection {
         guard let host = url.host, let scheme = url.scheme?.lowercased() else {
             throw WebSocketError("the URL \(url.absoluteString) has no host")
         }
+        try Task.checkCancellation()
         let secure = scheme == "wss"
         let port = url.port ?? (secure ? 443 : 80)
         let sslContext = try tls.map { try NIOSSLContext(configuration: $0) }
@@ -76,12 +104,19 @@ public final class WebSocketConnection: Sendable {
         let hostHeader = url.port.map { "\(host):\($0)" } ?? host
         let bareHost = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
 
-        let opened = Mutex<(any Channel)?>(nil)
-        let upgradeResult = try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let deadline = NIODeadline.now() + TimeAmount(timeout)
+        let attempt = ConnectAttempt(promise: loop.makePromise())
+        let timer = loop.scheduleTask(deadline: deadline) {
+            attempt.fail(WebSocketError("the server did not complete the handshake within \(timeout)"))
+        }
+        attempt.promise.futureResult.whenComplete { _ in timer.cancel() }
+
+        ClientBootstrap(group: loop)
             .connectTimeout(TimeAmount(timeout))
-            .connect(host: proxy?.host ?? bareHost, port: proxy?.port ?? port) { channel in
-                opened.withLock { $0 = channel }
-                return channel.eventLoop.makeCompletedFuture {
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try attempt.opened(channel)
                     // TLS and the upgrade go on the application side of a proxy tunnel, if any.
                     let setUp: @Sendable () throws -> EventLoopFuture<UpgradeOutcome> = {
                         if let sslContext {
@@ -91,58 +126,44 @@ public final class WebSocketConnection: Sendable {
                                 NIOSSLClientHandler(context: sslContext, serverHostname: sniName))
                         }
                         return try Self.configureUpgrade(
-                            channel, path: path, hostHeader: hostHeader, headers: headers)
+                            channel, path: path, hostHeader: hostHeader, headers: headers, deadline: deadline,
+                            onMessage: onMessage)
                     }
-                    guard let proxy else { return try setUp() }
-                    let deadline = NIODeadline.now() + TimeAmount(timeout)
-                    return try proxy.establishTunnel(on: channel, to: bareHost, port: port, deadline: deadline)
-                        .flatMapThrowing { try setUp() }.flatMap { $0 }
+                    attempt.prepared(
+                        channel,
+                        try proxy.map {
+                            try $0.establishTunnel(on: channel, to: bareHost, port: port, deadline: deadline)
+                                .flatMapThrowing { try setUp() }.flatMap { $0 }
+                        } ?? setUp())
                 }
             }
-        // The TCP connect has its own timeout; TLS and the HTTP upgrade are bounded here, so a
-        // server that accepts and then says nothing cannot hang a start. (A future's get() does
-        // not observe task cancellation, so the race is settled by whichever resumes first.)
-        let outcome: UpgradeOutcome = try await withCheckedThrowingContinuation { continuation in
-            let pending = Mutex<CheckedContinuation<UpgradeOutcome, any Error>?>(continuation)
-            let take: @Sendable () -> CheckedContinuation<UpgradeOutcome, any Error>? = {
-                pending.withLock { current -> CheckedContinuation<UpgradeOutcome, any Error>? in
-                    defer { current = nil }
-                    return current
+            .connect(host: proxy?.host ?? bareHost, port: proxy?.port ?? port)
+            .whenComplete { result in
+                switch result {
+                case .success(let channel): attempt.connected(channel)
+                case .failure(let error): attempt.fail(error)
                 }
             }
-            let timer = upgradeResult.eventLoop.scheduleTask(
-                in: TimeAmount(timeout)
-            ) {
-                guard let waiting = take() else { return }
-                opened.withLock { $0?.close(promise: nil) }
-                waiting.resume(throwing: WebSocketError("the server did not complete the handshake within \(timeout)"))
-            }
-            upgradeResult.whenComplete { result in
-                timer.cancel()
-                guard let waiting = take() else {
-                    // Too late: the caller has given up on this connection.
-                    if case .success(.upgraded(let connection)) = result { connection.abort() }
-                    return
-                }
-                waiting.resume(with: result)
-            }
-        }
-        switch outcome {
-        case .upgraded(let connection):
-            return connection
-        case .refused(let refusal):
-            throw try await refusal.get()
+
+        // A future's get() does not observe task cancellation: settle the attempt instead.
+        return try await withTaskCancellationHandler {
+            try await attempt.promise.futureResult.get()
+        } onCancel: {
+            attempt.fail(CancellationError())
         }
     }
 
     /// Wraps an upgraded channel; runs on its event loop, before any frame is read.
-    fileprivate init(upgraded channel: any Channel) throws {
+    fileprivate init(upgraded channel: any Channel, onMessage: @escaping MessageHandler) throws {
         self.channel = channel
-        let (messages, messagesContinuation) = AsyncStream<WebSocketMessage>.makeStream()
-        self.messages = messages
         endPromise = channel.eventLoop.makePromise()
-        try channel.pipeline.syncOperations.addHandler(
-            WebSocketClientHandler(messages: messagesContinuation, end: endPromise))
+        do {
+            try channel.pipeline.syncOperations.addHandler(
+                WebSocketClientHandler(onMessage: onMessage, end: endPromise))
+        } catch {
+            endPromise.succeed(.dropped("\(error)"))
+            throw error
+        }
     }
 
     /// Queues a text frame; frames go out in the order queued.
@@ -178,6 +199,12 @@ public final class WebSocketConnection: Sendable {
 
     /// Sends `text` whenever nothing else went out for `interval`, until the connection ends.
     public func keepAlive(_ text: String, every interval: Duration) {
+        keepAlive(every: interval) { [self] in send(text: text) }
+    }
+
+    /// Calls `due` on the event loop whenever nothing went out for `interval`, until the
+    /// connection ends; `due` sends a keep-alive, or nothing when none is wanted any more.
+    public func keepAlive(every interval: Duration, due: @escaping @Sendable () -> Void) {
         let quietLimit = TimeAmount(interval)
         // One timer, armed for when the connection would have been quiet that long.
         @Sendable func arm(at deadline: NIODeadline) {
@@ -186,7 +213,7 @@ public final class WebSocketConnection: Sendable {
                 let quietSince = NIODeadline.uptimeNanoseconds(lastSent.load(ordering: .relaxed))
                 let now = NIODeadline.now()
                 if now >= quietSince + quietLimit {
-                    send(text: text)
+                    due()
                     arm(at: now + quietLimit)
                 } else {
                     arm(at: quietSince + quietLimit)
@@ -200,15 +227,37 @@ public final class WebSocketConnection: Sendable {
         guard !closed.load(ordering: .acquiring) else { return }
         if frame.opcode == .connectionClose, closed.exchange(true, ordering: .acquiringAndReleasing) { return }
         lastSent.store(NIODeadline.now().uptimeNanoseconds, ordering: .relaxed)
+        let size = frame.data.readableBytes
+        let queued = queuedBytes.add(size, ordering: .relaxed).newValue
+        guard queued <= Self.maxQueuedBytes else {
+            stall(queued: queued)
+            return
+        }
         // Always through the task queue: a write made on the loop itself must not overtake one
         // queued earlier from another thread.
         let channel = channel
-        channel.eventLoop.execute { channel.writeAndFlush(frame, promise: nil) }
+        channel.eventLoop.execute {
+            channel.writeAndFlush(frame).whenComplete { _ in
+                self.queuedBytes.subtract(size, ordering: .relaxed)
+            }
+        }
+    }
+
+    /// The socket takes nothing: give up on this connection rather than queue more.
+    private func stall(queued: Int) {
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let (channel, endPromise) = (channel, endPromise)
+        channel.eventLoop.execute {
+            // Ended before the close, so the reason is the stall and not the dropped socket.
+            endPromise.succeed(.dropped("the connection stalled with \(queued) bytes waiting to be written"))
+            channel.close(promise: nil)
+        }
     }
 
     /// The HTTP/1 upgrade request and NIOWebSocket's upgrader; a refusal is read by a recorder.
     private static func configureUpgrade(
-        _ channel: any Channel, path: String, hostHeader: String, headers: [(String, String)]
+        _ channel: any Channel, path: String, hostHeader: String, headers: [(String, String)], deadline: NIODeadline,
+        onMessage: @escaping MessageHandler
     ) throws -> EventLoopFuture<UpgradeOutcome> {
         var requestHeaders = HTTPHeaders()
         requestHeaders.add(name: "Host", value: hostHeader)
@@ -216,7 +265,9 @@ public final class WebSocketConnection: Sendable {
         let upgrader = NIOTypedWebSocketClientUpgrader<UpgradeOutcome>(
             maxFrameSize: 1 << 20,
             upgradePipelineHandler: { channel, _ in
-                channel.eventLoop.makeCompletedFuture { .upgraded(try WebSocketConnection(upgraded: channel)) }
+                channel.eventLoop.makeCompletedFuture {
+                    .upgraded(try WebSocketConnection(upgraded: channel, onMessage: onMessage))
+                }
             })
         let configuration = NIOTypedHTTPClientUpgradeConfiguration<UpgradeOutcome>(
             upgradeRequestHead: HTTPRequestHead(version: .http1_1, method: .GET, uri: path, headers: requestHeaders),
@@ -224,7 +275,8 @@ public final class WebSocketConnection: Sendable {
             notUpgradingCompletionHandler: { channel in
                 channel.eventLoop.makeCompletedFuture {
                     // NIO replays the buffered response after this returns; the recorder reads it.
-                    let recorder = RefusalRecorder(promise: channel.eventLoop.makePromise())
+                    let bodyDeadline = min(deadline, .now() + TimeAmount(refusalBodyTimeout))
+                    let recorder = RefusalRecorder(promise: channel.eventLoop.makePromise(), deadline: bodyDeadline)
                     try channel.pipeline.syncOperations.addHandler(recorder)
                     return .refused(recorder.promise.futureResult)
                 }
@@ -252,28 +304,104 @@ enum UpgradeOutcome: Sendable {
     case refused(EventLoopFuture<HandshakeRefusal>)
 }
 
-/// Reads frames on the event loop: messages to the stream, pongs and the close handshake answered.
+/// Settles one connection attempt once: by the handshake, the deadline or cancellation.
+/// Whichever comes later finds it settled: a late channel is refused, a late upgrade aborted.
+///
+/// Happy Eyeballs may open several channels (IPv6 and IPv4) and close the losers; only the
+/// handshake on the channel that won the race decides.
+private final class ConnectAttempt: Sendable {
+    let promise: EventLoopPromise<WebSocketConnection>
+    private struct State {
+        var settled = false
+        var channels: [(channel: any Channel, handshake: EventLoopFuture<UpgradeOutcome>?)] = []
+    }
+    private let state = Mutex(State())
+
+    init(promise: EventLoopPromise<WebSocketConnection>) { self.promise = promise }
+
+    /// Records a channel so giving up can close it; throws if the attempt is already over.
+    func opened(_ channel: any Channel) throws {
+        try state.withLock { state in
+            guard !state.settled else { throw WebSocketError("the connection attempt was abandoned") }
+            state.channels.append((channel, nil))
+        }
+    }
+
+    /// The handshake under way on `channel`.
+    func prepared(_ channel: any Channel, _ handshake: EventLoopFuture<UpgradeOutcome>) {
+        state.withLock { state in
+            guard let index = state.channels.firstIndex(where: { $0.channel === channel }) else { return }
+            state.channels[index].handshake = handshake
+        }
+    }
+
+    /// `channel` won the connection race: its handshake's outcome settles the attempt.
+    func connected(_ channel: any Channel) {
+        let handshake = state.withLock { state in state.channels.first { $0.channel === channel }?.handshake }
+        guard let handshake else {
+            fail(WebSocketError("the connection has no handshake under way"))
+            return
+        }
+        handshake.whenComplete { result in
+            switch result {
+            case .success(.upgraded(let connection)): self.succeed(connection)
+            case .success(.refused(let refusal)): refusal.whenSuccess { self.fail($0) }
+            case .failure(let error): self.fail(error)
+            }
+        }
+    }
+
+    private func succeed(_ connection: WebSocketConnection) {
+        let won = state.withLock { state in
+            defer {
+                state.settled = true
+                state.channels = []
+            }
+            return !state.settled
+        }
+        if won { promise.succeed(connection) } else { connection.abort() }
+    }
+
+    func fail(_ error: any Error) {
+        let channels = state.withLock { state -> [any Channel]? in
+            guard !state.settled else { return nil }
+            state.settled = true
+            defer { state.channels = [] }
+            return state.channels.map(\.channel)
+        }
+        guard let channels else { return }
+        for channel in channels { channel.close(promise: nil) }
+        promise.fail(error)
+    }
+}
+
+/// Reads frames on the event loop: messages straight to the handler, pongs and the close
+/// handshake answered.
 final class WebSocketClientHandler: ChannelInboundHandler {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame
-    private let messages: AsyncStream<WebSocketMessage>.Continuation
+    private let onMessage: WebSocketConnection.MessageHandler
     private let end: EventLoopPromise<WebSocketEnd>
     private var assembler = MessageAssembler()
+    /// The server's close frame came: nothing it sends later counts.
+    private var closeReceived = false
 
-    init(messages: AsyncStream<WebSocketMessage>.Continuation, end: EventLoopPromise<WebSocketEnd>) {
-        self.messages = messages
+    init(onMessage: @escaping WebSocketConnection.MessageHandler, end: EventLoopPromise<WebSocketEnd>) {
+        self.onMessage = onMessage
         self.end = end
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closeReceived else { return }
         switch assembler.receive(unwrapInboundIn(data)) {
         case .message(let message):
-            messages.yield(message)
+            onMessage(message)
         case .ping(let data):
             context.writeAndFlush(
                 wrapOutboundOut(WebSocketFrame(fin: true, opcode: .pong, maskKey: .random(), data: data)),
                 promise: nil)
         case .close(let code, let reason):
+            closeReceived = true
             // Answer the close handshake, then let the server close the socket.
             var buffer = context.channel.allocator.buffer(capacity: 2)
             buffer.writeInteger(code)
@@ -288,7 +416,6 @@ final class WebSocketClientHandler: ChannelInboundHandler {
 
     func channelInactive(context: ChannelHandlerContext) {
         end.succeed(.dropped("the server closed the connection without a close frame"))
-        messages.finish()
         context.fireChannelInactive()
     }
 
@@ -298,13 +425,26 @@ final class WebSocketClientHandler: ChannelInboundHandler {
     }
 }
 
-/// Reads the HTTP response of a refused handshake.
+/// Reads the HTTP response of a refused handshake. The status line decides; the body is read
+/// until its end, the connection's end or `deadline`, whichever comes first, for its message only.
 final class RefusalRecorder: ChannelInboundHandler, RemovableChannelHandler {
     typealias InboundIn = HTTPClientResponsePart
     let promise: EventLoopPromise<HandshakeRefusal>
+    private let deadline: NIODeadline
     private var refusal = HandshakeRefusal(status: 0, headers: [], body: "")
+    private var timer: Scheduled<Void>?
+    private var settled = false
 
-    init(promise: EventLoopPromise<HandshakeRefusal>) { self.promise = promise }
+    init(promise: EventLoopPromise<HandshakeRefusal>, deadline: NIODeadline) {
+        self.promise = promise
+        self.deadline = deadline
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: deadline) { [self] in
+            settle(context)
+        }
+    }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
@@ -316,16 +456,22 @@ final class RefusalRecorder: ChannelInboundHandler, RemovableChannelHandler {
                 refusal.body += body.readString(length: min(body.readableBytes, 4096)) ?? ""
             }
         case .end:
-            promise.succeed(refusal)
-            context.close(promise: nil)
+            settle(context)
         }
     }
 
     func channelInactive(context: ChannelHandlerContext) {
-        promise.succeed(refusal)
+        settle(context)
     }
 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        settle(context)
+    }
+
+    private func settle(_ context: ChannelHandlerContext) {
+        guard !settled else { return }
+        settled = true
+        timer?.cancel()
         promise.succeed(refusal)
         context.close(promise: nil)
     }

@@ -1,20 +1,13 @@
 import DBus
+import Speech
 
-/// The `a{sv}` options of `StartTranscribing` / `ToggleTranscribing`; unset keys fall back to
-/// the `Backend`, `Language` and `Source` properties and the config.
-public struct StartOptions: Sendable, Equatable {
-    public var backend: Backend?
-    public var language: String?
-    public var source: String?
-    public var interimResults: Bool?
-    public var keyterms: [String] = []
-
-    public init() {}
-
+extension StartOptions {
+    /// The option keys `StartTranscribing` and `ToggleTranscribing` accept.
     static let known = ["backend", "language", "source", "interim_results", "keyterms", "auto_stop_ms", "output"]
 
-    /// Parses and validates the options; a bad key or value is `InvalidArgs` naming it.
+    /// Parses and validates the `a{sv}` options; a bad key or value is `InvalidArgs` naming it.
     public init(parsing value: DBusValue) throws(DBusError) {
+        self.init()
         guard let entries = value.stringVariantDictionary else {
             throw .invalidArgs("options must be a dictionary of type a{sv}")
         }

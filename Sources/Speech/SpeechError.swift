@@ -1,10 +1,11 @@
 import Capture
-import DBus
 import Recognition
 
-/// An error of the speech service, mapped once to an `io.github.sttd.Speech1.Error.*` name.
-public struct SpeechError: Error, Sendable, Equatable, CustomStringConvertible, DBusErrorRepresentable {
-    private enum Code: String, Sendable {
+/// An error of the speech core; the bus adapter maps its code once to an
+/// `io.github.sttd.Speech1.Error.*` name.
+public struct SpeechError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The kinds of failure the contract names (§1 Errors); the raw value is the error name's last part.
+    public enum Code: String, Sendable, CaseIterable {
         case notAuthorized = "NotAuthorized"
         case microphoneUnavailable = "MicrophoneUnavailable"
         case backendUnavailable = "BackendUnavailable"
@@ -13,9 +14,7 @@ public struct SpeechError: Error, Sendable, Equatable, CustomStringConvertible, 
         case `internal` = "Internal"
     }
 
-    public static let prefix = "io.github.sttd.Speech1.Error."
-
-    private let code: Code
+    public let code: Code
     /// What went wrong and what to do about it, for a person.
     public let message: String
 
@@ -37,10 +36,7 @@ public struct SpeechError: Error, Sendable, Equatable, CustomStringConvertible, 
     public static func busy(_ message: String) -> SpeechError { SpeechError(.busy, message) }
     public static func `internal`(_ message: String) -> SpeechError { SpeechError(.internal, message) }
 
-    /// The D-Bus error name, e.g. `io.github.sttd.Speech1.Error.MicrophoneUnavailable`.
-    public var name: String { Self.prefix + code.rawValue }
-    public var description: String { "\(name): \(message)" }
-    public var dbusError: DBusError { DBusError(name: name, message: message) }
+    public var description: String { "\(code.rawValue): \(message)" }
 
     public init(_ error: CaptureError) {
         self.init(.microphoneUnavailable, error.message)

@@ -1,5 +1,4 @@
-import DBus
-import Service
+import Speech
 import Testing
 
 @Suite("Configuration")
@@ -71,9 +70,27 @@ struct ConfigurationTests {
     }
 
     @Test func plainWebSocketOnlyToLoopback() throws {
-        for url in ["ws://127.0.0.1:8080/v1/listen", "ws://localhost/v1/listen", "ws://[::1]:9000/v1/listen"] {
+        for url in [
+            "ws://127.0.0.1:8080/v1/listen", "ws://127.45.6.7/v1/listen", "ws://localhost/v1/listen",
+            "ws://LOCALHOST:80/v1/listen", "ws://[::1]:9000/v1/listen",
+        ] {
             #expect(try Configuration(toml: "[deepgram]\nurl = \"\(url)\"").deepgram.url == url)
         }
+    }
+
+    /// A prefix test on the host name let `127.evil.example` through: the key would travel in clear text.
+    @Test func plainWebSocketToLookalikeHostsIsRefused() {
+        for url in [
+            "ws://127.evil.example/v1/listen", "ws://127.0.0.1.example.com/v1/listen", "ws://localhost.example/v1",
+            "ws://[::2]/v1/listen", "ws://128.0.0.1/v1/listen", "ws://127/v1/listen",
+        ] {
+            let error = #expect(throws: ConfigurationError.self) {
+                try Configuration(toml: "[deepgram]\nurl = \"\(url)\"")
+            }
+            #expect(error?.message.contains("non-loopback") == true, "\(url): \(error?.message ?? "")")
+        }
+        #expect(!Configuration.isLoopback("127.evil.example"))
+        #expect(Configuration.isLoopback("127.0.0.53"))
     }
 
     @Test func pathPrecedence() {
@@ -91,36 +108,6 @@ struct ConfigurationTests {
         }
         for bad in ["", "e", "english-language", "en_US", "en--US", "en-", "ünï"] {
             #expect(!Configuration.isLanguageTag(bad), "\(bad)")
-        }
-    }
-}
-
-@Suite("Start options")
-struct StartOptionsTests {
-    @Test func parsesEveryOption() throws {
-        let options = try StartOptions(
-            parsing: .vardict([
-                ("backend", .string("deepgram")), ("language", .string("fr-FR")), ("source", .string("")),
-                ("interim_results", .boolean(false)), ("keyterms", .strings(["sttd", "D-Bus"])),
-                ("auto_stop_ms", .uint32(0)), ("output", .string("none")),
-            ]))
-        #expect(options.backend == .deepgram)
-        #expect(options.language == "fr-FR")
-        #expect(options.source == "")
-        #expect(options.interimResults == false)
-        #expect(options.keyterms == ["sttd", "D-Bus"])
-    }
-
-    @Test func refusesBadOptions() {
-        let cases: [DBusValue] = [
-            .vardict([("nope", .string(""))]), .vardict([("backend", .boolean(true))]),
-            .vardict([("keyterms", .strings([""]))]), .vardict([("keyterms", .array(.uint32, []))]),
-            .vardict([("output", .string("speaker"))]), .vardict([("language", .string("12"))]),
-            .string("not a dict"),
-        ]
-        for value in cases {
-            let error = #expect(throws: DBusError.self) { try StartOptions(parsing: value) }
-            #expect(error?.name == "org.freedesktop.DBus.Error.InvalidArgs", "\(value)")
         }
     }
 }

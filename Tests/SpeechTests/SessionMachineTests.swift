@@ -1,4 +1,4 @@
-import Service
+import Speech
 import Testing
 
 typealias Machine = SessionMachine<String>

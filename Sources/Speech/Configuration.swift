@@ -11,7 +11,7 @@ public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConver
 
 /// Which recognizer a session uses.
 public enum Backend: String, Sendable, CaseIterable {
-    /// The embedded offline engine (pocketsphinx).
+    /// The embedded offline engine.
     case local
     /// Any Deepgram-compatible streaming API.
     case deepgram
@@ -160,6 +160,9 @@ public struct Configuration: Sendable, Equatable {
         }
     }
 
+    /// Sessions that started before this date are pruned (`history_days`).
+    public static func historyCutoff(days: Int) -> Date { Date().addingTimeInterval(-Double(days) * 86_400) }
+
     /// A BCP-47 tag such as `en-US` (syntax only; the primary subtag is an ISO 639 code, as
     /// every registered language's is).
     public static func isLanguageTag(_ tag: String) -> Bool {
@@ -198,10 +201,17 @@ public struct Configuration: Sendable, Equatable {
         }
     }
 
-    /// Whether a host name is this machine's loopback.
+    /// Whether a URL host is this machine's loopback: `localhost`, an IPv4 literal in 127.0.0.0/8
+    /// or `::1`. Names are not resolved: `127.evil.example` is a remote host.
     public static func isLoopback(_ host: String) -> Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return bare == "localhost" || bare == "::1" || bare.hasPrefix("127.")
+        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
+        if bare == "localhost" { return true }
+        var v4 = in_addr()
+        // inet_pton takes only the dotted-quad form, so "127.1" or "127.0.0.1.example" do not parse.
+        if inet_pton(AF_INET, bare, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, bare, &v6) == 1 else { return false }
+        return withUnsafeBytes(of: &v6) { bytes in bytes.dropLast().allSatisfy { $0 == 0 } && bytes.last == 1 }
     }
 }
 

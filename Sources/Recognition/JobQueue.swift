@@ -1,0 +1,89 @@
+import Dispatch
+import Synchronization
+
+/// A FIFO of jobs for a thread that blocks until work arrives, bounded by the weight it holds.
+///
+/// Each job has a weight (for the decoder: samples of audio; 0 for control jobs). A push that
+/// would take the queued weight past `capacity` is refused and queues nothing; a weightless push
+/// is always taken, so control jobs get through however far behind the worker is.
+final class JobQueue<Job: Sendable>: Sendable {
+    let capacity: Int
+    // A counting semaphore: one signal per push or close; a spare signal only costs a spurious wake-up.
+    private let wakeUp = DispatchSemaphore(value: 0)
+    private let state = Mutex(State())
+
+    private struct Entry {
+        var job: Job
+        var weight: Int
+    }
+
+    private struct State {
+        /// Popped entries are nil (their audio freed at once) until the prefix is trimmed.
+        var entries: [Entry?] = []
+        /// Index of the next entry to pop, so that popping shifts nothing.
+        var head = 0
+        var weight = 0
+        var closed = false
+    }
+
+    init(capacity: Int) {
+        precondition(capacity > 0, "a queue that refuses all weighted jobs")
+        self.capacity = capacity
+    }
+
+    /// Appends a job; returns false, and queues nothing, if its weight would exceed the capacity.
+    @discardableResult
+    func push(_ job: Job, weight: Int = 0) -> Bool {
+        let accepted = state.withLock { state in
+            guard weight == 0 || state.weight + weight <= capacity else { return false }
+            state.entries.append(Entry(job: job, weight: weight))
+            state.weight += weight
+            return true
+        }
+        if accepted { wakeUp.signal() }
+        return accepted
+    }
+
+    /// Removes every queued job that matches, giving back its weight.
+    func removeAll(where matches: (Job) -> Bool) {
+        state.withLock { state in
+            var kept: [Entry?] = []
+            for case let entry? in state.entries[state.head...] {
+                if matches(entry.job) { state.weight -= entry.weight } else { kept.append(entry) }
+            }
+            state.entries = kept
+            state.head = 0
+        }
+    }
+
+    /// Lets ``pop()`` return nil once the queue is empty.
+    func close() {
+        state.withLock { $0.closed = true }
+        wakeUp.signal()
+    }
+
+    /// Blocks until a job arrives; nil once closed and empty.
+    func pop() -> Job? {
+        while true {
+            let next = state.withLock { state -> (job: Job?, closed: Bool) in
+                guard state.head < state.entries.count else {
+                    state.entries.removeAll(keepingCapacity: true)
+                    state.head = 0
+                    return (nil, state.closed)
+                }
+                guard let entry = state.entries[state.head] else { preconditionFailure("unpopped entry is nil") }
+                state.entries[state.head] = nil
+                state.head += 1
+                state.weight -= entry.weight
+                if state.head >= 256 && state.head * 2 >= state.entries.count {
+                    state.entries.removeFirst(state.head)
+                    state.head = 0
+                }
+                return (entry.job, false)
+            }
+            if let job = next.job { return job }
+            if next.closed { return nil }
+            wakeUp.wait()
+        }
+    }
+}

@@ -1,0 +1,235 @@
+import Capture
+import Logging
+import Recognition
+import Synchronization
+
+/// One session from open to end, run as a child task of the core's `run()`: it opens the
+/// recognizer and the microphone, then runs the recognizer and the capture pump as child tasks of
+/// its own, and reports to the core. The microphone is closed before the core hears that the
+/// session ended, so it is never left open without a session.
+final class SessionRun: Sendable {
+    /// Why a session could not start.
+    enum OpenFailure: Sendable {
+        case recognizer(RecognitionError)
+        case microphone(CaptureError)
+    }
+
+    let token: Int
+    let backend: Backend
+    /// The source name, or nil for the server's default.
+    let source: String?
+    let options: SessionOptions
+    private let recognizer: any Recognizer
+    private let microphone: any Microphone
+    private let core: SpeechCore
+    private let reconnectLimit: Duration
+    private let logger: Logger
+
+    private struct Links {
+        var capture: (any MicrophoneStream)?
+        var recognition: (any RecognitionSession)?
+        /// Set by the first close; later capture reopenings are refused.
+        var closing = false
+        /// Closed without a flush: the recognizer is not asked for a last final.
+        var cancelled = false
+    }
+    private let links = Mutex(Links())
+
+    init(
+        token: Int, backend: Backend, source: String?, options: SessionOptions, recognizer: any Recognizer,
+        microphone: any Microphone, core: SpeechCore, reconnectLimit: Duration, logger: Logger
+    ) {
+        self.token = token
+        self.backend = backend
+        self.source = source
+        self.options = options
+        self.recognizer = recognizer
+        self.microphone = microphone
+        self.core = core
+        self.reconnectLimit = reconnectLimit
+        self.logger = logger
+    }
+
+    /// Stops capture: with `flush`, what was heard is still recognized; else everything ends now.
+    func close(flush: Bool) {
+        let (capture, recognition) = links.withLock { links in
+            links.closing = true
+            if !flush { links.cancelled = true }
+            return (links.capture, links.recognition)
+        }
+        if flush {
+            capture?.stop()
+        } else {
+            recognition?.cancel()
+            capture?.cancel()
+        }
+    }
+
+    func run() async {
+        let inbox = CoreInbox(core: core, run: self)
+        let recognition: any RecognitionSession
+        do {
+            recognition = try await recognizer.startSession(options, events: inbox)
+        } catch {
+            return await core.openFailed(self, .recognizer(error))
+        }
+        let tap = AudioTap(recognition: recognition, inbox: inbox)
+        let capture: any MicrophoneStream
+        do {
+            capture = try await microphone.open(source: source, deliver: tap.deliver)
+        } catch {
+            recognition.cancel()
+            return await core.openFailed(self, .microphone(error))
+        }
+        links.withLock { links in
+            links.capture = capture
+            links.recognition = recognition
+        }
+        await core.opened(self)
+
+        var captureError: CaptureError?
+        var recognitionError: RecognitionError?
+        await withTaskGroup(of: Outcome.self) { group in
+            group.addTask { .capture(await self.pump(recognition: recognition, tap: tap)) }
+            group.addTask {
+                do throws(RecognitionError) {
+                    try await recognition.run()
+                    return .recognition(nil)
+                } catch {
+                    return .recognition(error)
+                }
+            }
+            for await outcome in group {
+                switch outcome {
+                case .capture(let error):
+                    captureError = error
+                case .recognition(let error):
+                    recognitionError = error
+                    // The recognizer is done: stop the microphone (and any reconnection) now.
+                    group.cancelAll()
+                }
+            }
+        }
+        await core.ended(self, captureError: captureError, recognitionError: recognitionError)
+    }
+
+    private enum Outcome: Sendable {
+        case capture(CaptureError?)
+        case recognition(RecognitionError?)
+    }
+
+    /// Waits for capture to end, reopening it while the sound server restarts; then tells the
+    /// recognizer that no more audio comes. Returns why capture failed for good, if it did.
+    /// Whatever capture it opened is closed before it returns.
+    private func pump(recognition: any RecognitionSession, tap: AudioTap) async -> CaptureError? {
+        defer { links.withLock { $0.capture }?.cancel() }
+        while true {
+            let ended = await withTaskCancellationHandler {
+                await links.withLock { $0.capture }?.ended()
+            } onCancel: {
+                links.withLock { $0.capture }?.cancel()
+            }
+            if Task.isCancelled { return nil }
+            guard let error = ended, error.kind == .lost else {
+                // Stopped, or the source went away for good: recognize what was heard, then end.
+                if !links.withLock({ $0.cancelled }) { recognition.finish() }
+                return ended
+            }
+            await core.microphoneLink(down: true, from: self)
+            guard await reopen(tap: tap) else {
+                recognition.finish()
+                // Closed while waiting is a normal stop; otherwise the server stayed away.
+                return links.withLock { $0.closing } || Task.isCancelled ? nil : error
+            }
+            await core.microphoneLink(down: false, from: self)
+        }
+    }
+
+    /// Reopens capture until the sound server is back, the limit passes, the session closes or
+    /// the task is cancelled; true if capture runs again.
+    private func reopen(tap: AudioTap) async -> Bool {
+        let deadline = ContinuousClock.now + reconnectLimit
+        while ContinuousClock.now < deadline {
+            do {
+                try await eventLoopSleep(for: .milliseconds(200))
+            } catch {
+                return false
+            }
+            if links.withLock({ $0.closing }) { return false }
+            guard let capture = try? await microphone.open(source: source, deliver: tap.deliver) else { continue }
+            let kept = links.withLock { links in
+                guard !links.closing, !Task.isCancelled else { return false }
+                links.capture = capture
+                return true
+            }
+            guard kept else {
+                // The session ended while this opened: close it, or the microphone stays on.
+                capture.cancel()
+                _ = await capture.ended()
+                return false
+            }
+            logger.info("microphone is back", metadata: ["source": "\(source ?? "(default)")"])
+            return true
+        }
+        return false
+    }
+}
+
+/// Where a session's recognizer and capture threads hand their reports to the core: one enqueue
+/// onto the core's loop each, no task, in order.
+///
+/// Bounded: at most ``SpeechCore/inboxBound`` reports may wait. Level readings are skipped past
+/// half of that (a meter can miss a reading); when results or state changes would exceed it, the
+/// session fails with a clear `SessionFailed` instead, and the finals so far are kept.
+final class CoreInbox: RecognitionEventSink {
+    private let core: SpeechCore
+    private let run: SessionRun
+    private let waiting = Atomic<Int>(0)
+    private let overflowed = Atomic<Bool>(false)
+
+    init(core: SpeechCore, run: SessionRun) {
+        self.core = core
+        self.run = run
+    }
+
+    func deliver(_ event: RecognitionEvent) {
+        guard waiting.wrappingAdd(1, ordering: .relaxed).newValue <= SpeechCore.inboxBound else {
+            waiting.wrappingSubtract(1, ordering: .relaxed)
+            guard !overflowed.exchange(true, ordering: .relaxed) else { return }
+            let run = run
+            core.submit { $0.inboxOverflowed(run) }
+            return
+        }
+        core.submit { [self] core in
+            waiting.wrappingSubtract(1, ordering: .relaxed)
+            core.received(event, from: run)
+        }
+    }
+
+    func deliverLevel(_ level: Double) {
+        guard waiting.load(ordering: .relaxed) < SpeechCore.inboxBound / 2 else { return }
+        waiting.wrappingAdd(1, ordering: .relaxed)
+        core.submit { [self] core in
+            waiting.wrappingSubtract(1, ordering: .relaxed)
+            core.level(level, from: run)
+        }
+    }
+}
+
+/// Where captured audio goes, on the capture thread: to the recognizer (which never blocks) and
+/// to the level meter. Nothing here waits.
+final class AudioTap: Sendable {
+    private let recognition: any RecognitionSession
+    private let inbox: CoreInbox
+    private let meter = Mutex(LevelMeter())
+
+    init(recognition: any RecognitionSession, inbox: CoreInbox) {
+        self.recognition = recognition
+        self.inbox = inbox
+    }
+
+    @Sendable func deliver(_ chunk: AudioChunk) {
+        recognition.send(chunk)
+        if let level = meter.withLock({ $0.add(chunk) }) { inbox.deliverLevel(level) }
+    }
+}

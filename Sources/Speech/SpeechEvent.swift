@@ -1,0 +1,110 @@
+import Logging
+import Recognition
+import Synchronization
+
+/// What the microphone's state says (contract: `MicrophoneStatus`).
+public enum MicrophoneStatus: String, Sendable {
+    /// Never opened.
+    case notDetermined
+    /// Opened fine.
+    case authorized
+    /// The sound server refused access.
+    case denied
+    /// No server, or no such source.
+    case unavailable
+}
+
+/// One change the speech core reports. Every output (the bus adapter, tests, later typing and
+/// the local server) follows the core through these, in order.
+public enum SpeechEvent: Sendable, Equatable {
+    /// The session state changed (`State`).
+    case state(SessionState)
+    /// The transcript changed; `update` is the result that changed it, nil when it was reset
+    /// for a new session or an interim was dropped (the property changes, no signal).
+    case transcript(String, update: TranscriptUpdate?)
+    /// Voice activity started or stopped.
+    case speechActivity(Bool)
+    /// A level reading (RMS dBFS), at most 10 per second while listening.
+    case audioLevel(Double)
+    /// A session ended on its own because of this error.
+    case sessionFailed(SpeechError)
+    /// The last session failure changed (nil: cleared by a new session).
+    case lastError(SpeechError?)
+    case authorization(RecognizerAuthorization)
+    case microphone(MicrophoneStatus)
+    /// The settings a start falls back to changed.
+    case settings(SpeechSettings)
+}
+
+/// One result as clients see it: the whole transcript, the result's own text, whether final.
+public struct TranscriptUpdate: Sendable, Equatable {
+    public var segment: String
+    public var isFinal: Bool
+
+    public init(segment: String, isFinal: Bool) {
+        self.segment = segment
+        self.isFinal = isFinal
+    }
+}
+
+/// The values of `State`.
+public typealias SessionState = SessionMachine<StartOptions>.State
+
+/// Hands the core's events to its subscribers, on the core's executor, in order.
+///
+/// Observers are called inline and must not block (the bus adapter only queues messages for the
+/// bus thread). Stream subscribers each get a buffer of ``streamBound`` events; one that falls
+/// that far behind has its stream ended (and a warning logged) rather than growing memory or
+/// silently missing events.
+final class EventHub: Sendable {
+    static let streamBound = 4096
+
+    private struct Subscribers {
+        var observers: [@Sendable (SpeechEvent) -> Void] = []
+        var streams: [Int: AsyncStream<SpeechEvent>.Continuation] = [:]
+        var nextID = 0
+    }
+    private let subscribers = Mutex(Subscribers())
+    private let logger: Logger
+
+    init(logger: Logger) { self.logger = logger }
+
+    func observe(_ observer: @escaping @Sendable (SpeechEvent) -> Void) {
+        subscribers.withLock { $0.observers.append(observer) }
+    }
+
+    func stream() -> AsyncStream<SpeechEvent> {
+        let (stream, continuation) = AsyncStream<SpeechEvent>.makeStream(
+            bufferingPolicy: .bufferingOldest(Self.streamBound))
+        let id = subscribers.withLock { subscribers in
+            defer { subscribers.nextID += 1 }
+            subscribers.streams[subscribers.nextID] = continuation
+            return subscribers.nextID
+        }
+        continuation.onTermination = { [weak self] _ in
+            _ = self?.subscribers.withLock { $0.streams.removeValue(forKey: id) }
+        }
+        return stream
+    }
+
+    func publish(_ event: SpeechEvent) {
+        let (observers, streams) = subscribers.withLock { ($0.observers, $0.streams) }
+        for observer in observers { observer(event) }
+        for (id, continuation) in streams {
+            if case .dropped = continuation.yield(event) {
+                logger.warning(
+                    "an event subscriber fell behind; its stream is ended", metadata: ["bound": "\(Self.streamBound)"])
+                continuation.finish()
+                _ = subscribers.withLock { $0.streams.removeValue(forKey: id) }
+            }
+        }
+    }
+
+    func finish() {
+        let streams = subscribers.withLock { subscribers in
+            defer { subscribers.streams = [:] }
+            return subscribers.streams
+        }
+        for continuation in streams.values { continuation.finish() }
+    }
+}

@@ -1,0 +1,36 @@
+/// The options of a start (`StartTranscribing` / `ToggleTranscribing`); unset ones fall back to
+/// the current settings (`Backend`, `Language`, `Source`) and the config.
+public struct StartOptions: Sendable, Equatable {
+    public var backend: Backend?
+    public var language: String?
+    /// A source name; "" means the server's default.
+    public var source: String?
+    public var interimResults: Bool?
+    public var keyterms: [String] = []
+
+    public init(
+        backend: Backend? = nil, language: String? = nil, source: String? = nil, interimResults: Bool? = nil,
+        keyterms: [String] = []
+    ) {
+        self.backend = backend
+        self.language = language
+        self.source = source
+        self.interimResults = interimResults
+        self.keyterms = keyterms
+    }
+}
+
+/// The settings a start falls back to; the bus exposes them as the read/write properties
+/// `Backend`, `Language` and `Source`. A change takes effect at the next start.
+public struct SpeechSettings: Sendable, Equatable {
+    public var backend: Backend
+    public var language: String
+    /// "" means the server's default source.
+    public var source: String
+
+    public init(backend: Backend, language: String, source: String) {
+        self.backend = backend
+        self.language = language
+        self.source = source
+    }
+}

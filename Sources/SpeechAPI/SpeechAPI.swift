@@ -1,0 +1,231 @@
+import DBus
+
+/// The names of sttd's D-Bus API (contract §1), in the one place that sttd, sttctl, the
+/// benchmarks and the tests take them from.
+public enum SpeechAPI {
+    public static let busName = "io.github.sttd.Speech1"
+    public static let objectPath = "/io/github/sttd/Speech1"
+    public static let interface = "io.github.sttd.Speech1"
+    /// Error names are this prefix plus the kind, e.g. `…Error.MicrophoneUnavailable`.
+    public static let errorPrefix = "io.github.sttd.Speech1.Error."
+    /// The program's version, as the `Version` property reports it.
+    public static let version = "0.1.0"
+
+    /// The full error name of a contract error kind (`NotAuthorized`, `Busy`, …).
+    public static func errorName(_ kind: String) -> String { errorPrefix + kind }
+}
+
+/// The methods of `io.github.sttd.Speech1` and their signatures.
+public enum SpeechMethod: String, CaseIterable, Sendable {
+    case startTranscribing = "StartTranscribing"
+    case stopTranscribing = "StopTranscribing"
+    case cancelTranscribing = "CancelTranscribing"
+    case toggleTranscribing = "ToggleTranscribing"
+    case resetTranscript = "ResetTranscript"
+    case requestAuthorization = "RequestAuthorization"
+    case listSources = "ListSources"
+    case getHistory = "GetHistory"
+
+    public var name: String { rawValue }
+
+    /// `a(ssb)`: name, description, is-default.
+    public static let sourceType = DBusType.structure([.string, .string, .boolean])
+    /// `a(sxs)`: session id, start (Unix µs), transcript.
+    public static let historyEntryType = DBusType.structure([.string, .int64, .string])
+
+    public var inputs: [DBusArgument] {
+        let options = DBusArgument("options", .dictionary(key: .string, value: .variant))
+        switch self {
+        case .startTranscribing, .toggleTranscribing: return [options]
+        case .getHistory: return [DBusArgument("limit", .uint32)]
+        case .stopTranscribing, .cancelTranscribing, .resetTranscript, .requestAuthorization, .listSources: return []
+        }
+    }
+
+    public var outputs: [DBusArgument] {
+        switch self {
+        case .stopTranscribing: [DBusArgument("transcript", .string)]
+        case .toggleTranscribing: [DBusArgument("listening", .boolean)]
+        case .requestAuthorization: [DBusArgument("status", .string)]
+        case .listSources: [DBusArgument("sources", .array(Self.sourceType))]
+        case .getHistory: [DBusArgument("entries", .array(Self.historyEntryType))]
+        case .startTranscribing, .cancelTranscribing, .resetTranscript: []
+        }
+    }
+}
+
+/// A value a property can hold, with its D-Bus type.
+public protocol SpeechPropertyValue: Sendable, Equatable {
+    static var dbusType: DBusType { get }
+    var dbusValue: DBusValue { get }
+    init?(dbusValue: DBusValue)
+}
+
+extension String: SpeechPropertyValue {
+    public static var dbusType: DBusType { .string }
+    public var dbusValue: DBusValue { .string(self) }
+    public init?(dbusValue: DBusValue) {
+        guard let string = dbusValue.string else { return nil }
+        self = string
+    }
+}
+
+/// A property of `io.github.sttd.Speech1`, typed by its value: `object.set(.state, "idle")`
+/// compiles, a misspelt name or a wrong type does not.
+public struct SpeechProperty<Value: SpeechPropertyValue>: Sendable {
+    public let name: String
+    public let isWritable: Bool
+    public let changeSignal: DBusProperty.ChangeSignal
+
+    init(_ name: String, writable: Bool = false, changeSignal: DBusProperty.ChangeSignal = .emits) {
+        self.name = name
+        self.isWritable = writable
+        self.changeSignal = changeSignal
+    }
+
+    /// The declaration, with its first value and, if writable, the setter that checks new values.
+    public func declaration(initial: Value, setter: DBusProperty.Setter? = nil) -> DBusProperty {
+        DBusProperty(name, initial.dbusValue, changeSignal: changeSignal, setter: isWritable ? setter : nil)
+    }
+}
+
+extension SpeechProperty where Value == String {
+    /// `idle`, `starting`, `listening`, `stopping`, `reconnecting`.
+    public static var state: Self { Self("State") }
+    /// Finals of the current session joined, plus the current interim.
+    public static var transcript: Self { Self("Transcript") }
+    public static var authorizationStatus: Self { Self("AuthorizationStatus") }
+    public static var microphoneStatus: Self { Self("MicrophoneStatus") }
+    public static var backend: Self { Self("Backend", writable: true) }
+    public static var language: Self { Self("Language", writable: true) }
+    public static var source: Self { Self("Source", writable: true) }
+    /// The D-Bus error name of the last session failure, empty if none.
+    public static var lastError: Self { Self("LastError") }
+    public static var version: Self { Self("Version", changeSignal: .const) }
+}
+
+/// The signals of `io.github.sttd.Speech1` with typed arguments.
+public enum SpeechSignal: Sendable, Equatable {
+    case transcriptChanged(transcript: String, segment: String, isFinal: Bool)
+    case sessionFailed(errorName: String, message: String)
+    case audioLevel(rmsDBFS: Double)
+    case speechActivity(speaking: Bool)
+
+    public var name: String {
+        switch self {
+        case .transcriptChanged: "TranscriptChanged"
+        case .sessionFailed: "SessionFailed"
+        case .audioLevel: "AudioLevel"
+        case .speechActivity: "SpeechActivity"
+        }
+    }
+
+    /// The arguments' names and values, in the declared order.
+    public var arguments: [(name: String, value: DBusValue)] {
+        switch self {
+        case .transcriptChanged(let transcript, let segment, let isFinal):
+            [("transcript", .string(transcript)), ("segment", .string(segment)), ("is_final", .boolean(isFinal))]
+        case .sessionFailed(let errorName, let message):
+            [("error_name", .string(errorName)), ("message", .string(message))]
+        case .audioLevel(let level): [("rms_dbfs", .double(level))]
+        case .speechActivity(let speaking): [("speaking", .boolean(speaking))]
+        }
+    }
+
+    /// One example of each signal: the declarations are derived from these.
+    static let prototypes: [SpeechSignal] = [
+        .transcriptChanged(transcript: "", segment: "", isFinal: false),
+        .sessionFailed(errorName: "", message: ""),
+        .audioLevel(rmsDBFS: 0),
+        .speechActivity(speaking: false),
+    ]
+
+    public static var declarations: [DBusSignal] {
+        prototypes.map { signal in
+            DBusSignal(signal.name, arguments: signal.arguments.map { DBusArgument($0.name, $0.value.type) })
+        }
+    }
+
+    /// Decodes a received signal of the interface; nil for other signals or wrong arguments.
+    public init?(_ message: DBusSignalMessage) {
+        guard message.interface == SpeechAPI.interface else { return nil }
+        let arguments = message.arguments
+        switch (message.member, arguments.count) {
+        case ("TranscriptChanged", 3):
+            guard let transcript = arguments[0].string, let segment = arguments[1].string,
+                let isFinal = arguments[2].boolean
+            else { return nil }
+            self = .transcriptChanged(transcript: transcript, segment: segment, isFinal: isFinal)
+        case ("SessionFailed", 2):
+            guard let name = arguments[0].string, let text = arguments[1].string else { return nil }
+            self = .sessionFailed(errorName: name, message: text)
+        case ("AudioLevel", 1):
+            guard case .double(let level) = arguments[0] else { return nil }
+            self = .audioLevel(rmsDBFS: level)
+        case ("SpeechActivity", 1):
+            guard let speaking = arguments[0].boolean else { return nil }
+            self = .speechActivity(speaking: speaking)
+        default:
+            return nil
+        }
+    }
+}
+
+extension DBusObject {
+    /// Sets a property of the interface, emitting `PropertiesChanged` when its value changed.
+    public func set<Value>(_ property: SpeechProperty<Value>, _ value: Value) {
+        setProperty(property.name, value.dbusValue, interface: SpeechAPI.interface)
+    }
+
+    /// The current value of a property of the interface.
+    public func value<Value>(of property: SpeechProperty<Value>) -> Value? {
+        self.property(property.name, interface: SpeechAPI.interface).flatMap(Value.init(dbusValue:))
+    }
+
+    /// Emits a signal of the interface. Level readings may be dropped when the bus is backed up.
+    public func emit(_ signal: SpeechSignal) {
+        let droppable = if case .audioLevel = signal { true } else { false }
+        emit(signal.name, interface: SpeechAPI.interface, signal.arguments.map(\.value), droppable: droppable)
+    }
+}
+
+extension SpeechAPI {
+    /// The interface, declared once: methods from ``SpeechMethod``, properties from
+    /// ``SpeechProperty``, signals from ``SpeechSignal``. `serve` gives each method's handler,
+    /// `setter` checks writes of the writable properties; the settings are their first values.
+    public static func declaration(
+        backend: String, language: String, source: String,
+        serve: (SpeechMethod) -> DBusMethod.Handler,
+        setter: (SpeechProperty<String>) -> DBusProperty.Setter
+    ) -> DBusInterface {
+        func writable(_ property: SpeechProperty<String>, _ initial: String) -> DBusProperty {
+            property.declaration(initial: initial, setter: setter(property))
+        }
+        return DBusInterface(
+            name: interface,
+            methods: SpeechMethod.allCases.map {
+                DBusMethod($0.name, inputs: $0.inputs, outputs: $0.outputs, handler: serve($0))
+            },
+            properties: [
+                SpeechProperty.state.declaration(initial: "idle"),
+                SpeechProperty.transcript.declaration(initial: ""),
+                SpeechProperty.authorizationStatus.declaration(initial: "notDetermined"),
+                SpeechProperty.microphoneStatus.declaration(initial: "notDetermined"),
+                writable(.backend, backend),
+                writable(.language, language),
+                writable(.source, source),
+                SpeechProperty.lastError.declaration(initial: ""),
+                SpeechProperty.version.declaration(initial: version),
+            ],
+            signals: SpeechSignal.declarations)
+    }
+
+    /// The XML installed as `dbus/io.github.sttd.Speech1.xml`.
+    public static var document: String {
+        let unserved: DBusMethod.Handler = { _, reply in reply.fail(DBusError.failed("not served")) }
+        return Introspection.document([
+            declaration(
+                backend: "local", language: "en-US", source: "", serve: { _ in unserved }, setter: { _ in { $0 } })
+        ])
+    }
+}

@@ -1,0 +1,112 @@
+import Capture
+import DBus
+import Foundation
+import History
+import Logging
+import Service
+import Speech
+import SpeechAPI
+import SpeechBus
+import TestSupport
+import Testing
+
+let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+    .deletingLastPathComponent().path
+
+/// sttd built in process, as its `main` builds it, on a private bus with a headless PulseAudio
+/// and the real offline engine.
+struct InProcessSttd {
+    let bus: PrivateBus
+    let pulse: HeadlessPulse
+    let home: String
+    let application: SttdApplication
+    let client: DBusConnection
+
+    init() async throws {
+        bus = try PrivateBus()
+        pulse = try HeadlessPulse()
+        home = try makeTemporaryDirectory("sttd-app")
+        let environment = ["HOME": home, "XDG_DATA_HOME": "\(home)/data", "XDG_CONFIG_HOME": "\(home)/config"]
+        let logger = Logger(label: "test")
+        do {
+            application = try await SttdApp.build(
+                configuration: Configuration(), environment: environment, bus: .address(bus.address),
+                microphone: PulseAudioMicrophone(server: pulse.server, logger: logger), logger: logger)
+        } catch {
+            throw MissingPrerequisite(description: "sttd could not be built in process: \(error.message)")
+        }
+        client = try await DBusConnection.connect(to: .address(bus.address))
+    }
+
+    @discardableResult
+    func call(_ method: SpeechMethod, _ arguments: [DBusValue] = []) async throws -> [DBusValue] {
+        try await client.call(
+            destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
+            member: method.name, arguments: arguments, timeout: .seconds(30))
+    }
+
+    var history: [HistoryEntry] {
+        get throws { try HistoryStore(readingAt: "\(home)/data/sttd/history.sqlite")?.sessions() ?? [] }
+    }
+
+    func cleanUp() {
+        client.close()
+        bus.stop()
+        pulse.stop()
+        try? FileManager.default.removeItem(atPath: home)
+    }
+}
+
+@Suite("sttd built in process", .serialized)
+struct ApplicationTests {
+    @Test func theInstalledXMLIsTheDeclaration() throws {
+        let file = try String(contentsOfFile: "\(packageRoot)/dbus/io.github.sttd.Speech1.xml", encoding: .utf8)
+        #expect(SpeechAPI.document == file)
+    }
+
+    @Test func dictatesRecordedSpeechOverTheBus() async throws {
+        let sttd = try await InProcessSttd()
+        defer { sttd.cleanUp() }
+        let recording = try LibriVox.recordings()[1]
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sttd.application.run() }
+            try await sttd.call(.startTranscribing, [.vardict([])])
+            try sttd.pulse.play(recording.path)
+            let text = try await sttd.call(.stopTranscribing).first?.string ?? ""
+            #expect(wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(text)) < 50, "\(text)")
+            let entries = try await sttd.call(.getHistory, [.uint32(1)])
+            guard case .array(_, let rows)? = entries.first, rows.count == 1, case .structure(let fields) = rows[0]
+            else { throw MissingPrerequisite(description: "GetHistory gave \(entries)") }
+            #expect(fields[2] == .string(text))
+            #expect(try sttd.history.first?.text == text)
+            await sttd.application.shutDown()
+            try await group.waitForAll()
+        }
+    }
+
+    /// As SIGTERM: a listening session stops with its finals stored, then the service ends.
+    @Test func shutdownMidSessionKeepsTheFinals() async throws {
+        let sttd = try await InProcessSttd()
+        defer { sttd.cleanUp() }
+        let recording = try LibriVox.recordings()[0]
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sttd.application.run() }
+            let updates = sttd.application.core.events()
+            try await sttd.call(.startTranscribing, [.vardict([])])
+            try sttd.pulse.play(recording.path)
+            var heard = ""
+            for await event in updates {
+                if case .transcript(let text, let update?) = event, update.isFinal {
+                    heard = text
+                    break
+                }
+            }
+            await sttd.application.shutDown()
+            try await group.waitForAll()
+            let stored = try #require(try sttd.history.first)
+            #expect(!heard.isEmpty)
+            #expect(stored.text.hasPrefix(heard), "\(stored.text) keeps \(heard)")
+            #expect(stored.ended != nil, "the session was closed in history")
+        }
+    }
+}

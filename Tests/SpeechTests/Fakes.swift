@@ -1,0 +1,330 @@
+import Capture
+import Foundation
+import Recognition
+import Speech
+import Synchronization
+
+/// A microphone the test drives: it opens when `available`, and the test pushes audio into the
+/// open stream or makes it lose the sound server.
+final class FakeMicrophone: Microphone {
+    private struct State {
+        var available = true
+        var streams: [FakeStream] = []
+        var opensInFlight = 0
+        /// While set, opening waits for the test to let it through.
+        var gate: CheckedContinuation<Void, Never>?
+        var holdOpens = false
+        var heldOpens: [CheckedContinuation<Void, Never>] = []
+    }
+    private let state = Mutex(State())
+
+    var available: Bool {
+        get { state.withLock { $0.available } }
+        set { state.withLock { $0.available = newValue } }
+    }
+
+    /// Streams opened so far, oldest first.
+    var streams: [FakeStream] { state.withLock { $0.streams } }
+    /// Streams open right now (opened and not ended).
+    var openStreams: Int { state.withLock { $0.streams.filter { !$0.hasEnded }.count } }
+    var opensInFlight: Int { state.withLock { $0.opensInFlight } }
+    var current: FakeStream? { state.withLock { $0.streams.last } }
+
+    /// Makes later opens wait until ``releaseOpens()``.
+    func holdOpens() { state.withLock { $0.holdOpens = true } }
+
+    func releaseOpens() {
+        let held = state.withLock { state in
+            state.holdOpens = false
+            defer { state.heldOpens = [] }
+            return state.heldOpens
+        }
+        for open in held { open.resume() }
+    }
+
+    func open(source: String?, deliver: @escaping @Sendable (AudioChunk) -> Void) async throws(CaptureError)
+        -> any MicrophoneStream
+    {
+        state.withLock { $0.opensInFlight += 1 }
+        defer { state.withLock { $0.opensInFlight -= 1 } }
+        await withCheckedContinuation { continuation in
+            let held = state.withLock { state in
+                if state.holdOpens { state.heldOpens.append(continuation) }
+                return state.holdOpens
+            }
+            if !held { continuation.resume() }
+        }
+        let stream = try state.withLock { state throws(CaptureError) -> FakeStream in
+            guard state.available else {
+                throw CaptureError(.serverUnavailable, "Cannot reach the sound server (fake).")
+            }
+            let stream = FakeStream(deliver: deliver)
+            state.streams.append(stream)
+            return stream
+        }
+        return stream
+    }
+
+    func sources() async throws(CaptureError) -> [AudioSource] {
+        guard available else { throw CaptureError(.serverUnavailable, "Cannot reach the sound server (fake).") }
+        return [AudioSource(name: "fake.monitor", description: "Fake microphone", isDefault: true)]
+    }
+
+    func probe(source: String?) async throws(CaptureError) {
+        guard available else { throw CaptureError(.serverUnavailable, "Cannot reach the sound server (fake).") }
+    }
+}
+
+/// One open fake capture.
+final class FakeStream: MicrophoneStream {
+    private let deliver: @Sendable (AudioChunk) -> Void
+    private let state = Mutex<(outcome: CaptureError??, waiters: [CheckedContinuation<CaptureError?, Never>])>(
+        (nil, []))
+
+    init(deliver: @escaping @Sendable (AudioChunk) -> Void) { self.deliver = deliver }
+
+    var hasEnded: Bool { state.withLock { $0.outcome != nil } }
+
+    /// Delivers audio as the capture thread would (here: on the caller's thread).
+    func push(_ chunk: AudioChunk) {
+        guard !hasEnded else { return }
+        deliver(chunk)
+    }
+
+    /// The sound server went away.
+    func lose() { end(CaptureError(.lost, "Lost the sound server while listening (fake).")) }
+
+    func ended() async -> CaptureError? {
+        await withCheckedContinuation { continuation in
+            let outcome = state.withLock { state -> CaptureError?? in
+                if state.outcome == nil { state.waiters.append(continuation) }
+                return state.outcome
+            }
+            if let outcome { continuation.resume(returning: outcome) }
+        }
+    }
+
+    func stop() { end(nil) }
+    func cancel() { end(nil) }
+
+    private func end(_ error: CaptureError?) {
+        let waiters = state.withLock { state -> [CheckedContinuation<CaptureError?, Never>] in
+            guard state.outcome == nil else { return [] }
+            state.outcome = .some(error)
+            defer { state.waiters = [] }
+            return state.waiters
+        }
+        for waiter in waiters { waiter.resume(returning: error) }
+    }
+}
+
+/// A recognizer whose sessions the test drives: it emits results, and decides what a flush says.
+final class FakeRecognizer: Recognizer {
+    private struct State {
+        var sessions: [FakeSession] = []
+        var startError: RecognitionError?
+        /// What a session says when it is finished (flushed); nil: no final.
+        var finalOnFinish: String?
+        /// Sessions ignore finish() (a stuck flush).
+        var finishHangs = false
+    }
+    private let state = Mutex(State())
+
+    var sessions: [FakeSession] { state.withLock { $0.sessions } }
+    var current: FakeSession? { state.withLock { $0.sessions.last } }
+
+    var startError: RecognitionError? {
+        get { state.withLock { $0.startError } }
+        set { state.withLock { $0.startError = newValue } }
+    }
+    var finalOnFinish: String? {
+        get { state.withLock { $0.finalOnFinish } }
+        set { state.withLock { $0.finalOnFinish = newValue } }
+    }
+    var finishHangs: Bool {
+        get { state.withLock { $0.finishHangs } }
+        set { state.withLock { $0.finishHangs = newValue } }
+    }
+
+    func authorize() async -> (RecognizerAuthorization, RecognitionError?) {
+        if let startError { return (startError.authorization ?? .restricted, startError) }
+        return (.authorized, nil)
+    }
+
+    func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionSession
+    {
+        let session = try state.withLock { state throws(RecognitionError) -> FakeSession in
+            if let error = state.startError { throw error }
+            let session = FakeSession(
+                sink: events, options: options, finalOnFinish: state.finalOnFinish, finishHangs: state.finishHangs)
+            state.sessions.append(session)
+            return session
+        }
+        return session
+    }
+}
+
+/// One fake recognition session.
+final class FakeSession: RecognitionSession {
+    let options: SessionOptions
+    private let sink: any RecognitionEventSink
+    private let finalOnFinish: String?
+    private let finishHangs: Bool
+    private let state = Mutex<(samples: Int, end: Result<Void, RecognitionError>?, waiter: CheckedContinuation<Void, any Error>?)>(
+        (0, nil, nil))
+
+    init(sink: any RecognitionEventSink, options: SessionOptions, finalOnFinish: String?, finishHangs: Bool) {
+        self.sink = sink
+        self.options = options
+        self.finalOnFinish = finalOnFinish
+        self.finishHangs = finishHangs
+    }
+
+    /// Samples received so far.
+    var samples: Int { state.withLock { $0.samples } }
+    var hasEnded: Bool { state.withLock { $0.end != nil } }
+
+    /// Reports an event as the engine's thread would.
+    func emit(_ event: RecognitionEvent) { sink.deliver(event) }
+    func interim(_ text: String) { emit(.result(RecognitionResult(text: text, isFinal: false))) }
+    func final(_ text: String) { emit(.result(RecognitionResult(text: text, isFinal: true))) }
+
+    /// Ends the session with an error, as a dropped server would.
+    func fail(_ error: RecognitionError) { end(.failure(error)) }
+
+    func run() async throws(RecognitionError) {
+        let outcome: Result<Void, RecognitionError>? = await withTaskCancellationHandler {
+            do {
+                try await withCheckedThrowingContinuation { continuation in
+                    let end = state.withLock { state -> Result<Void, RecognitionError>? in
+                        if state.end == nil { state.waiter = continuation }
+                        return state.end
+                    }
+                    if let end { continuation.resume(with: end.mapError { $0 as any Error }) }
+                }
+                return .success(())
+            } catch let error as RecognitionError {
+                return .failure(error)
+            } catch {
+                return nil
+            }
+        } onCancel: {
+            cancel()
+        }
+        if case .failure(let error) = outcome { throw error }
+    }
+
+    func send(_ chunk: AudioChunk) { state.withLock { $0.samples += chunk.samples.count } }
+
+    func finish() {
+        guard !finishHangs, !hasEnded else { return }
+        if let finalOnFinish { final(finalOnFinish) }
+        end(.success(()))
+    }
+
+    func cancel() { end(.success(())) }
+
+    private func end(_ outcome: Result<Void, RecognitionError>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in
+            guard state.end == nil else { return nil }
+            state.end = outcome
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume(with: outcome.mapError { $0 as any Error })
+    }
+}
+
+/// Events of a core as they arrive, for waiting on the one that matters.
+final class EventLog: Sendable {
+    private typealias Condition = @Sendable ([SpeechEvent]) -> Bool
+    private struct State {
+        var events: [SpeechEvent] = []
+        var waiters: [Int: (condition: Condition, continuation: CheckedContinuation<Bool, Never>)] = [:]
+        var nextID = 0
+    }
+    private let state = Mutex(State())
+
+    func append(_ event: SpeechEvent) {
+        let ready = state.withLock { state in
+            state.events.append(event)
+            let events = state.events
+            let ready = state.waiters.filter { $0.value.condition(events) }
+            for id in ready.keys { state.waiters[id] = nil }
+            return ready.values.map(\.continuation)
+        }
+        for continuation in ready { continuation.resume(returning: true) }
+    }
+
+    var all: [SpeechEvent] { state.withLock { $0.events } }
+
+    var states: [SessionState] { all.compactMap { if case .state(let state) = $0 { state } else { nil } } }
+    var failures: [SpeechError] { all.compactMap { if case .sessionFailed(let error) = $0 { error } else { nil } } }
+    var finals: [String] {
+        all.compactMap { if case .transcript(_, let update?) = $0, update.isFinal { update.segment } else { nil } }
+    }
+    var levels: Int { all.filter { if case .audioLevel = $0 { true } else { false } }.count }
+
+    /// Waits until `condition` holds for the events so far, at most `timeout` (then returns false).
+    @discardableResult
+    func wait(timeout: Duration = .seconds(10), until condition: @escaping @Sendable ([SpeechEvent]) -> Bool) async
+        -> Bool
+    {
+        let id = state.withLock { state in
+            defer { state.nextID += 1 }
+            return state.nextID
+        }
+        return await withTaskGroup(of: Bool.self) { group in
+            group.addTask {
+                await withCheckedContinuation { continuation in
+                    let now = self.state.withLock { state in
+                        if condition(state.events) { return true }
+                        state.waiters[id] = (condition, continuation)
+                        return false
+                    }
+                    if now { continuation.resume(returning: true) }
+                }
+            }
+            group.addTask {
+                try? await Task.sleep(for: timeout)
+                // Gave up: wake the waiter with false (if the event did not come meanwhile).
+                self.state.withLock { $0.waiters.removeValue(forKey: id) }?.continuation.resume(returning: false)
+                return false
+            }
+            let met = await group.next() ?? false
+            group.cancelAll()
+            return met
+        }
+    }
+
+    /// Waits until the core reports a session failure.
+    @discardableResult
+    func waitForFailure(timeout: Duration = .seconds(10)) async -> Bool {
+        await wait(timeout: timeout) { events in events.contains { if case .sessionFailed = $0 { true } else { false } } }
+    }
+
+    /// Waits until the core reports this state (after the first `count` events).
+    @discardableResult
+    func wait(for state: SessionState, after count: Int = 0, timeout: Duration = .seconds(10)) async -> Bool {
+        await wait(timeout: timeout) { events in
+            events.dropFirst(count).contains { if case .state(state) = $0 { true } else { false } }
+        }
+    }
+}
+
+extension AudioChunk {
+    /// 100 ms of a tone loud enough for the level meter.
+    static var tone: AudioChunk { AudioChunk(samples: (0..<1600).map { Int16(8000 * sin(Double($0) / 5)) }) }
+}
+
+/// Waits until a condition that no event announces holds (a fake's counter), checking every 5 ms.
+@discardableResult
+func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while !condition() {
+        guard ContinuousClock.now < deadline else { return false }
+        try? await Task.sleep(for: .milliseconds(5))
+    }
+    return true
+}

@@ -1,0 +1,327 @@
+import Capture
+import Foundation
+import History
+import Logging
+import Recognition
+import Speech
+import Synchronization
+import TestSupport
+import Testing
+
+/// A core with a fake microphone and recognizer, its events logged, its history in a temp file.
+struct CoreHarness {
+    let microphone = FakeMicrophone()
+    let recognizer = FakeRecognizer()
+    let log = EventLog()
+    let core: SpeechCore
+    let history: HistoryStore
+    let directory: String
+
+    init(_ configure: (inout Configuration) -> Void = { _ in }) async throws {
+        var configuration = Configuration()
+        configuration.stopTimeoutMilliseconds = 2000
+        configure(&configuration)
+        directory = try makeTemporaryDirectory("sttd-core")
+        history = try HistoryStore(path: "\(directory)/history.sqlite")
+        core = SpeechCore(
+            configuration: configuration, microphone: microphone,
+            recognizers: Recognizers(local: recognizer, deepgram: recognizer), history: history,
+            logger: Logger(label: "test"))
+        let log = log
+        await core.observe { log.append($0) }
+    }
+
+    /// Runs the core while `body` drives it, then shuts it down and waits for it to end.
+    func run(_ body: () async throws -> Void) async throws {
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await core.run() }
+            do {
+                try await body()
+            } catch {
+                await core.shutDown()
+                throw error
+            }
+            await core.shutDown()
+            try await group.waitForAll()
+        }
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    /// Starts a session and returns its fake recognizer session and capture.
+    func start(_ options: StartOptions = StartOptions()) async throws -> (FakeSession, FakeStream) {
+        try await core.start(options)
+        return (try #require(recognizer.current), try #require(microphone.current))
+    }
+
+    /// The newest history entry's text.
+    var lastHistoryText: String? { (try? history.sessions(limit: 1))?.first?.text }
+}
+
+@Suite("Speech core, in process")
+struct SpeechCoreTests {
+    @Test func stopReturnsEveryFinalIncludingTheFlush() async throws {
+        let harness = try await CoreHarness()
+        harness.recognizer.finalOnFinish = "last words"
+        try await harness.run {
+            let (session, capture) = try await harness.start()
+            for _ in 0..<3 { capture.push(.tone) }
+            #expect(session.samples == 4800, "audio goes from the capture thread to the recognizer")
+            session.interim("hello")
+            session.final("hello world")
+            let text = await harness.core.stop()
+            #expect(text == "hello world last words")
+            #expect(harness.lastHistoryText == text)
+            #expect(await harness.core.currentTranscript == text)
+            #expect(harness.log.finals == ["hello world", "last words"])
+            #expect(harness.log.states == [.starting, .listening, .stopping, .idle])
+            #expect(harness.log.levels >= 2, "a level reading per 100 ms of audio")
+            #expect(harness.microphone.openStreams == 0)
+        }
+    }
+
+    @Test func cancelDropsTheInterimAndKeepsTheFinals() async throws {
+        let harness = try await CoreHarness()
+        harness.recognizer.finalOnFinish = "never said"
+        try await harness.run {
+            let (session, _) = try await harness.start()
+            session.final("kept")
+            session.interim("dropped")
+            await harness.log.wait { $0.contains(.transcript("kept dropped", update: .init(segment: "dropped", isFinal: false))) }
+            await harness.core.cancel()
+            #expect(await harness.core.state == .idle)
+            #expect(await harness.core.currentTranscript == "kept")
+            #expect(harness.lastHistoryText == "kept")
+            #expect(harness.microphone.openStreams == 0)
+        }
+    }
+
+    @Test func toggleStartsThenStops() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let started = try await harness.core.toggle(StartOptions())
+            #expect(started)
+            #expect(await harness.core.state == .listening)
+            let stillListening = try await harness.core.toggle(StartOptions())
+            #expect(!stillListening)
+            #expect(await harness.core.state == .idle)
+            #expect(harness.microphone.openStreams == 0)
+        }
+    }
+
+    @Test func resetClearsTheTranscriptAndKeepsListening() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start()
+            session.final("before")
+            await harness.log.wait { $0.contains(.transcript("before", update: .init(segment: "before", isFinal: true))) }
+            await harness.core.resetTranscript()
+            #expect(harness.log.all.last == .transcript("", update: .init(segment: "", isFinal: true)))
+            #expect(await harness.core.state == .listening)
+            session.final("after")
+            #expect(await harness.core.stop() == "after")
+            #expect(harness.lastHistoryText == "before after", "history keeps what was said, reset or not")
+        }
+    }
+
+    @Test func aStopWhileStartingStopsOnceAudioFlows() async throws {
+        let harness = try await CoreHarness()
+        harness.microphone.holdOpens()
+        try await harness.run {
+            async let started: Void = harness.core.start(StartOptions())
+            await harness.log.wait(for: .starting)
+            // The callback form queues the stop on the core before the next line runs.
+            let (stopped, reply) = AsyncStream.makeStream(of: String.self)
+            harness.core.stop { reply.yield($0) }
+            await waitUntil { harness.microphone.opensInFlight == 1 }
+            harness.microphone.releaseOpens()
+            try await started
+            var replies = stopped.makeAsyncIterator()
+            #expect(await replies.next() == "")
+            #expect(harness.log.states == [.starting, .stopping, .idle])
+            #expect(harness.microphone.openStreams == 0)
+        }
+    }
+
+    @Test func aStartWhileStoppingStartsAgainAfterwards() async throws {
+        let harness = try await CoreHarness()
+        harness.recognizer.finishHangs = true
+        try await harness.run {
+            let (first, _) = try await harness.start()
+            let (stopped, reply) = AsyncStream.makeStream(of: String.self)
+            harness.core.stop { reply.yield($0) }
+            let (restarted, restartReply) = AsyncStream.makeStream(of: SpeechError?.self)
+            harness.core.start(StartOptions()) { restartReply.yield($0) }
+            await harness.log.wait(for: .stopping)
+            first.cancel()  // the flush ends
+            var stops = stopped.makeAsyncIterator()
+            _ = await stops.next()
+            var starts = restarted.makeAsyncIterator()
+            #expect(await starts.next() == .some(nil))
+            #expect(await harness.core.state == .listening)
+            #expect(harness.recognizer.sessions.count == 2)
+        }
+    }
+
+    /// Defect 4: on a stop timeout the reply, `Transcript` and history agree: the pending interim
+    /// is promoted to a final.
+    @Test func aStopTimeoutKeepsThePendingInterimEverywhere() async throws {
+        let harness = try await CoreHarness { $0.stopTimeoutMilliseconds = 300 }
+        harness.recognizer.finishHangs = true
+        try await harness.run {
+            let (session, _) = try await harness.start()
+            session.final("first part")
+            session.interim("second half")
+            await harness.log.wait { $0.contains(.transcript("first part second half", update: .init(segment: "second half", isFinal: false))) }
+            let text = await harness.core.stop()
+            #expect(text == "first part second half")
+            #expect(await harness.core.currentTranscript == text)
+            #expect(harness.lastHistoryText == text)
+            #expect(harness.log.finals == ["first part", "second half"])
+            session.final("too late")
+            #expect(await harness.core.currentTranscript == text, "results after the timeout are ignored")
+            #expect(harness.log.failures.isEmpty, "a timeout is not a failure")
+        }
+    }
+
+    @Test func aRecognizerFailureEndsTheSessionAndKeepsTheFinals() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start()
+            session.final("kept")
+            session.fail(RecognitionError(.backendUnavailable, "The server went away."))
+            #expect(await harness.log.waitForFailure())
+            #expect(harness.log.failures.map(\.code) == [.backendUnavailable])
+            #expect(await harness.core.state == .idle)
+            #expect(await harness.core.lastError?.code == .backendUnavailable)
+            #expect(harness.lastHistoryText == "kept")
+            #expect(harness.microphone.openStreams == 0)
+        }
+    }
+
+    @Test func theMicrophoneComesBackAfterTheSoundServerRestarts() async throws {
+        let harness = try await CoreHarness { $0.microphoneReconnectMilliseconds = 10_000 }
+        try await harness.run {
+            let (session, first) = try await harness.start()
+            harness.microphone.available = false
+            first.lose()
+            #expect(await harness.log.wait(for: .reconnecting))
+            #expect(await harness.core.microphoneStatus == .unavailable)
+            let count = harness.log.all.count
+            harness.microphone.available = true
+            #expect(await harness.log.wait(for: .listening, after: count))
+            #expect(harness.microphone.streams.count == 2)
+            try #require(harness.microphone.current).push(.tone)
+            #expect(session.samples == 1600, "audio flows from the new capture")
+            _ = await harness.core.stop()
+            #expect(harness.microphone.openStreams == 0)
+        }
+    }
+
+    @Test func aSoundServerThatStaysAwayFailsTheSession() async throws {
+        let harness = try await CoreHarness { $0.microphoneReconnectMilliseconds = 500 }
+        try await harness.run {
+            let (session, capture) = try await harness.start()
+            session.final("kept")
+            harness.microphone.available = false
+            capture.lose()
+            #expect(await harness.log.waitForFailure())
+            #expect(harness.log.failures.map(\.code) == [.microphoneUnavailable])
+            #expect(harness.lastHistoryText == "kept")
+        }
+    }
+
+    /// Defect 1: a session that ends while the microphone is reconnecting must not leave a
+    /// capture open that nobody stops (the indicator stays on, AudioLevel keeps firing).
+    @Test func theMicrophoneIsClosedWhenASessionEndsWhileReconnecting() async throws {
+        let harness = try await CoreHarness { $0.microphoneReconnectMilliseconds = 30_000 }
+        try await harness.run {
+            let (session, first) = try await harness.start()
+            harness.microphone.available = false
+            first.lose()
+            #expect(await harness.log.wait(for: .reconnecting))
+            // The sound server is back, and a reopening is under way when the recognizer fails.
+            harness.microphone.holdOpens()
+            harness.microphone.available = true
+            await waitUntil { harness.microphone.opensInFlight == 1 }
+            session.fail(RecognitionError(.backendUnavailable, "The server went away."))
+            harness.microphone.releaseOpens()
+            #expect(await harness.log.wait(for: .idle))
+            #expect(harness.microphone.opensInFlight == 0, "idle is reported only after the reopening finished")
+            #expect(harness.microphone.openStreams == 0, "the capture opened during the failure is closed")
+            let levels = harness.log.levels
+            harness.microphone.current?.push(.tone)
+            #expect(harness.log.levels == levels, "no AudioLevel once idle")
+        }
+    }
+
+    @Test func aRefusedStartSaysWhy() async throws {
+        let harness = try await CoreHarness()
+        harness.recognizer.startError = RecognitionError(.notAuthorized, "The key was refused.", authorization: .denied)
+        try await harness.run {
+            let error = await #expect(throws: SpeechError.self) { try await harness.core.start(StartOptions()) }
+            #expect(error?.code == .notAuthorized)
+            #expect(await harness.core.authorization == .denied)
+            #expect(await harness.core.state == .idle)
+            #expect(harness.microphone.streams.isEmpty, "no microphone without a recognizer")
+        }
+    }
+
+    @Test func aMissingMicrophoneFailsTheStartAndEndsTheRecognizerSession() async throws {
+        let harness = try await CoreHarness()
+        harness.microphone.available = false
+        try await harness.run {
+            let error = await #expect(throws: SpeechError.self) { try await harness.core.start(StartOptions()) }
+            #expect(error?.code == .microphoneUnavailable)
+            #expect(await harness.core.microphoneStatus == .unavailable)
+            #expect(harness.recognizer.current?.hasEnded == true)
+        }
+    }
+
+    /// Bounded hand-off: a core that falls more than `inboxBound` reports behind its recognizer
+    /// ends the session with a clear failure instead of queueing without bound; finals stay.
+    @Test func aRecognizerThatFloodsTheCoreFailsTheSessionAndKeepsTheFinals() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start()
+            session.final("kept")
+            await harness.log.wait { $0.contains(.transcript("kept", update: .init(segment: "kept", isFinal: true))) }
+            let blocked = DispatchSemaphore(value: 0)
+            harness.core.submit { _ in blocked.wait() }
+            for index in 0...SpeechCore.inboxBound + 10 { session.interim("word \(index)") }
+            blocked.signal()
+            #expect(await harness.log.waitForFailure())
+            let failure = try #require(harness.log.failures.first)
+            #expect(failure.code == .internal)
+            #expect(failure.message.contains("behind"), "\(failure.message)")
+            #expect(harness.lastHistoryText?.hasPrefix("kept") == true)
+        }
+    }
+
+    @Test func shutdownMidSessionStopsItWithTheFinalsSaved() async throws {
+        let harness = try await CoreHarness()
+        harness.recognizer.finalOnFinish = "flushed at shutdown"
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { await harness.core.run() }
+            let (session, _) = try await harness.start()
+            session.final("said before")
+            await harness.core.shutDown()
+            try await group.waitForAll()
+        }
+        #expect(harness.lastHistoryText == "said before flushed at shutdown")
+        #expect(harness.microphone.openStreams == 0)
+    }
+
+    @Test func settingsApplyToTheNextStart() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            await harness.core.update(SpeechSettings(backend: .local, language: "fr-FR", source: ""))
+            let (session, _) = try await harness.start()
+            #expect(session.options.language == "fr-FR")
+            let (same, _) = try await harness.start(StartOptions(language: "de-DE"))
+            #expect(same === session, "already listening: nothing changes")
+            _ = await harness.core.stop()
+            _ = try await harness.start(StartOptions(language: "de-DE"))
+            #expect(harness.recognizer.current?.options.language == "de-DE")
+        }
+    }
+}
