@@ -250,9 +250,8 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     private var pending: [Int16] = []
     private var opened: CheckedContinuation<Void, any Error>?
     private var isOpen = false
-    /// How capture ended (set once, on the worker thread) and who waits for it.
-    private let endState = Mutex<(outcome: CaptureError??, waiters: [CheckedContinuation<CaptureError?, Never>])>(
-        (nil, []))
+    /// How capture ended: set once, on the worker thread.
+    private let outcome = Eventual<CaptureError?>()
 
     init(source: String?, chunkSamples: Int, logger: Logger, deliver: (@Sendable (AudioChunk) -> Void)?) {
         self.source = source
@@ -363,26 +362,9 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     }
 
     /// Waits for the end of capture: nil when stopped, else why it ended.
-    func ended() async -> CaptureError? {
-        await withCheckedContinuation { continuation in
-            let outcome = endState.withLock { state -> CaptureError?? in
-                if state.outcome == nil { state.waiters.append(continuation) }
-                return state.outcome
-            }
-            if let outcome { continuation.resume(returning: outcome) }
-        }
-    }
+    func ended() async -> CaptureError? { await outcome.value }
 
-    /// Records the end once and wakes whoever waits for it.
-    private func end(_ error: CaptureError?) {
-        let waiters = endState.withLock { state -> [CheckedContinuation<CaptureError?, Never>] in
-            guard state.outcome == nil else { return [] }
-            state.outcome = .some(error)
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume(returning: error) }
-    }
+    private func end(_ error: CaptureError?) { outcome.resolve(error) }
 
     override func failed(_ error: CaptureError) {
         if let opened {

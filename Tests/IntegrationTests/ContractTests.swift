@@ -51,8 +51,8 @@ extension Integration {
                 uniqueKeysWithValues: (all.first?.stringVariantDictionary ?? []).map { ($0.key, $0.value) })
             #expect(properties["State"] == .string("idle"))
             #expect(properties["Transcript"] == .string(""))
-            #expect(
-                properties["AuthorizationStatus"]?.string.map { ["notDetermined", "authorized"].contains($0) } == true)
+            // The offline model loads at startup; a model that loads does not count as a check by a client.
+            #expect(properties["AuthorizationStatus"] == .string("notDetermined"))
             #expect(properties["MicrophoneStatus"] == .string("notDetermined"))
             #expect(properties["Backend"] == .string("local"))
             #expect(properties["Language"] == .string("en-US"))
@@ -158,13 +158,9 @@ extension Integration {
             }
             #expect(element == .structure([.string, .string, .boolean]))
             #expect(
-                items.contains(.structure([.string("mic.monitor"), .string("Virtual-microphone"), .boolean(true)]))
-                    || items.contains { item in
-                        if case .structure(let fields) = item {
-                            return fields.first == .string("mic.monitor") && fields.last == .boolean(true)
-                        }
-                        return false
-                    })
+                items == [
+                    .structure([.string("mic.monitor"), .string("Monitor of Virtual-microphone"), .boolean(true)])
+                ])
             #expect(try await sttd.call("RequestAuthorization") == [.string("authorized")])
             #expect(try await sttd.property("AuthorizationStatus") == .string("authorized"))
             #expect(try await sttd.property("MicrophoneStatus") == .string("authorized"))

@@ -34,7 +34,9 @@ extension Integration {
             defer { player.stop() }
             let heard = await recorder.wait { _ in !signalledFinals(recorder).isEmpty }
             try #require(heard, "a final while the recording plays")
-            try await Task.sleep(for: .milliseconds(Int.random(in: 0..<1500)))
+            // Kill at an arbitrary moment of the dictation: after a random number of further updates.
+            let updates = recorder.signals(named: "TranscriptChanged").count + Int.random(in: 0...6)
+            await recorder.wait(timeout: .seconds(3)) { $0.filter { $0.member == "TranscriptChanged" }.count >= updates }
             sttd.sttd.signal(SIGKILL)
             sttd.sttd.wait(timeout: 10)
             let signalled = signalledFinals(recorder).joined(separator: " ")
@@ -60,7 +62,10 @@ extension Integration {
                 recorder.changes(of: "State").contains(.string("reconnecting"))
             }
             #expect(down, "State goes to reconnecting when the sound server dies")
-            try await Task.sleep(for: .seconds(1))
+            let noticed = await recorder.wait(timeout: .seconds(5)) { _ in
+                recorder.changes(of: "MicrophoneStatus").contains(.string("unavailable"))
+            }
+            #expect(noticed, "MicrophoneStatus says unavailable while the server is down")
             try sttd.pulse.start()
             let resumed = await recorder.wait(timeout: .seconds(10)) { _ in
                 recorder.changes(of: "State").last == .string("listening")
@@ -237,7 +242,9 @@ extension Integration {
             #expect(summary["no_reply"] as? Int == 0, "every call is answered")
             #expect((summary["bad_states"] as? [String])?.isEmpty == true)
             #expect((summary["calls"] as? Int ?? 0) > 1000)
-            try await Task.sleep(for: .milliseconds(500))
+            // Signals still in flight have arrived once the last State change is the current value.
+            let current = try await sttd.property("State")
+            await recorder.wait(timeout: .seconds(5)) { _ in recorder.changes(of: "State").last == current }
             let states = recorder.changes(of: "State").compactMap(\.string)
             let allowed: Set = ["idle", "starting", "listening", "stopping", "reconnecting"]
             #expect(states.allSatisfy(allowed.contains))

@@ -59,6 +59,41 @@ extension Integration {
             #expect(sttd.log.contains("status=401"))
         }
 
+        /// Defect: a 401 whose body never completes left the service `starting` forever, with
+        /// Stop and Cancel queued behind it. The status line decides, at once.
+        @Test func aRefusalWhoseBodyNeverEndsIsDeniedAtOnce() async throws {
+            var script = DeepgramTestServer.Script()
+            script.stallRefusalBody = true
+            let server = try await DeepgramTestServer(script: script)
+            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": "wrong-key"])
+            let started = ContinuousClock.now
+            let error = await #expect(throws: DBusError.self) {
+                try await sttd.call("StartTranscribing", [.vardict([])])
+            }
+            let waited = ContinuousClock.now - started
+            #expect(error?.name == SpeechAPI.errorName("NotAuthorized"))
+            #expect(waited < .seconds(10), "answered after \(waited): the body is read for about 2 s at most")
+            #expect(try await sttd.property("AuthorizationStatus") == .string("denied"))
+            #expect(try await sttd.property("State") == .string("idle"))
+            #expect(try await sttd.call("CancelTranscribing") == [])
+        }
+
+        /// Whatever the server does, StartTranscribing answers within the connect timeout.
+        @Test func aServerThatNeverAnswersFailsTheStartInTime() async throws {
+            var script = DeepgramTestServer.Script()
+            script.neverAnswer = true
+            let server = try await DeepgramTestServer(script: script)
+            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
+            let started = ContinuousClock.now
+            let error = await #expect(throws: DBusError.self) {
+                try await sttd.call("StartTranscribing", [.vardict([])])
+            }
+            let waited = ContinuousClock.now - started
+            #expect(error?.name == SpeechAPI.errorName("BackendUnavailable"))
+            #expect(waited < .seconds(20), "the connect timeout (10 s) bounds the start; took \(waited)")
+            #expect(try await sttd.property("State") == .string("idle"))
+        }
+
         @Test func droppedStreamReconnectsWhileListening() async throws {
             var script = DeepgramTestServer.Script()
             // By time, not bytes: when the monitor source delivers audio to the server is up to

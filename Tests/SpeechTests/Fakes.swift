@@ -78,12 +78,11 @@ final class FakeMicrophone: Microphone {
 /// One open fake capture.
 final class FakeStream: MicrophoneStream {
     private let deliver: @Sendable (AudioChunk) -> Void
-    private let state = Mutex<(outcome: CaptureError??, waiters: [CheckedContinuation<CaptureError?, Never>])>(
-        (nil, []))
+    private let outcome = Eventual<CaptureError?>()
 
     init(deliver: @escaping @Sendable (AudioChunk) -> Void) { self.deliver = deliver }
 
-    var hasEnded: Bool { state.withLock { $0.outcome != nil } }
+    var hasEnded: Bool { outcome.isResolved }
 
     /// Delivers audio as the capture thread would (here: on the caller's thread).
     func push(_ chunk: AudioChunk) {
@@ -92,30 +91,11 @@ final class FakeStream: MicrophoneStream {
     }
 
     /// The sound server went away.
-    func lose() { end(CaptureError(.lost, "Lost the sound server while listening (fake).")) }
+    func lose() { outcome.resolve(CaptureError(.lost, "Lost the sound server while listening (fake).")) }
 
-    func ended() async -> CaptureError? {
-        await withCheckedContinuation { continuation in
-            let outcome = state.withLock { state -> CaptureError?? in
-                if state.outcome == nil { state.waiters.append(continuation) }
-                return state.outcome
-            }
-            if let outcome { continuation.resume(returning: outcome) }
-        }
-    }
-
-    func stop() { end(nil) }
-    func cancel() { end(nil) }
-
-    private func end(_ error: CaptureError?) {
-        let waiters = state.withLock { state -> [CheckedContinuation<CaptureError?, Never>] in
-            guard state.outcome == nil else { return [] }
-            state.outcome = .some(error)
-            defer { state.waiters = [] }
-            return state.waiters
-        }
-        for waiter in waiters { waiter.resume(returning: error) }
-    }
+    func ended() async -> CaptureError? { await outcome.value }
+    func stop() { outcome.resolve(nil) }
+    func cancel() { outcome.resolve(nil) }
 }
 
 /// A recognizer whose sessions the test drives: it emits results, and decides what a flush says.
@@ -316,15 +296,4 @@ final class EventLog: Sendable {
 extension AudioChunk {
     /// 100 ms of a tone loud enough for the level meter.
     static var tone: AudioChunk { AudioChunk(samples: (0..<1600).map { Int16(8000 * sin(Double($0) / 5)) }) }
-}
-
-/// Waits until a condition that no event announces holds (a fake's counter), checking every 5 ms.
-@discardableResult
-func waitUntil(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while !condition() {
-        guard ContinuousClock.now < deadline else { return false }
-        try? await Task.sleep(for: .milliseconds(5))
-    }
-    return true
 }

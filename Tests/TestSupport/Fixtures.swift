@@ -259,3 +259,14 @@ public final class HeadlessPulse: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 }
+
+/// Waits until a condition holds that no event announces (a file's content, a counter),
+/// checking it every 20 ms; false if `timeout` passes first.
+public func waitFor(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while try await !condition() {
+        guard ContinuousClock.now < deadline else { return false }
+        try? await Task.sleep(for: .milliseconds(20))
+    }
+    return true
+}
