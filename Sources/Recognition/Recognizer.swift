@@ -1,4 +1,5 @@
 import Capture
+import NIOCore
 
 /// One result from a recognizer: an interim guess or a final that never changes.
 public struct RecognitionResult: Sendable, Equatable {
@@ -87,6 +88,14 @@ public enum RecognitionEvent: Sendable, Equatable {
 /// before the caller learns that it returned.
 public protocol RecognitionEventSink: Sendable {
     func deliver(_ event: RecognitionEvent)
+
+    /// The event loop the sink's owner runs on, if any. A recognizer doing network I/O opens its
+    /// connections there, so that what it reads reaches the sink without a thread hop.
+    var eventLoop: (any EventLoop)? { get }
+}
+
+extension RecognitionEventSink {
+    public var eventLoop: (any EventLoop)? { nil }
 }
 
 /// One recognition session: audio in, events out (to the sink given at start).

@@ -1,5 +1,6 @@
 import Capture
 import Logging
+import NIOCore
 import Recognition
 import Synchronization
 
@@ -192,7 +193,14 @@ final class CoreInbox: RecognitionEventSink {
         self.run = run
     }
 
+    /// Streaming recognizers read their socket on the core's loop: results arrive without a hop.
+    var eventLoop: (any EventLoop)? { core.loop }
+
     func deliver(_ event: RecognitionEvent) {
+        // Already on the core's loop (a WebSocket read there): hand it over in place.
+        if core.loop.inEventLoop, waiting.load(ordering: .relaxed) == 0 {
+            return core.assumeIsolated { $0.received(event, from: run) }
+        }
         guard waiting.wrappingAdd(1, ordering: .relaxed).newValue <= SpeechCore.inboxBound else {
             waiting.wrappingSubtract(1, ordering: .relaxed)
             guard !overflowed.exchange(true, ordering: .relaxed) else { return }

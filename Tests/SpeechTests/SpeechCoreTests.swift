@@ -132,7 +132,7 @@ struct SpeechCoreTests {
             // The callback form queues the stop on the core before the next line runs.
             let (stopped, reply) = AsyncStream.makeStream(of: String.self)
             harness.core.stop { reply.yield($0) }
-            await waitFor { harness.microphone.opensInFlight == 1 }
+            #expect(await waitFor { harness.microphone.opensInFlight == 1 })
             harness.microphone.releaseOpens()
             try await started
             var replies = stopped.makeAsyncIterator()
@@ -242,7 +242,7 @@ struct SpeechCoreTests {
             // The sound server is back, and a reopening is under way when the recognizer fails.
             harness.microphone.holdOpens()
             harness.microphone.available = true
-            await waitFor { harness.microphone.opensInFlight == 1 }
+            #expect(await waitFor { harness.microphone.opensInFlight == 1 })
             session.fail(RecognitionError(.backendUnavailable, "The server went away."))
             harness.microphone.releaseOpens()
             #expect(await harness.log.wait(for: .idle))

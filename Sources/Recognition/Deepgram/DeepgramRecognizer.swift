@@ -1,6 +1,7 @@
 import Capture
 import Foundation
 import Logging
+import NIOCore
 import NIOSSL
 
 /// Settings of the streaming backend (the `[deepgram]` table plus the session-wide limits).
@@ -78,9 +79,10 @@ public final class DeepgramRecognizer: Recognizer {
             options: options, settings: settings, events: events, logger: logger,
             // One handshake per reconnect attempt: the session's loop owns the backoff.
             connect: { [self] onMessage throws(RecognitionError) in
-                try await connect(options, retrying: false, onMessage: onMessage)
+                try await connect(options, retrying: false, on: events.eventLoop, onMessage: onMessage)
             })
-        let connection = try await connect(options, retrying: true, onMessage: session.receive)
+        let connection = try await connect(
+            options, retrying: true, on: events.eventLoop, onMessage: session.receive)
         session.adopt(connection)
         return session
     }
@@ -88,7 +90,8 @@ public final class DeepgramRecognizer: Recognizer {
     /// Connects within the connect timeout. With `retrying`, refusals and network errors worth
     /// retrying are retried with ``DeepgramSettings/backoff`` as long as the same deadline allows.
     func connect(
-        _ options: SessionOptions, retrying: Bool, onMessage: @escaping WebSocketConnection.MessageHandler
+        _ options: SessionOptions, retrying: Bool, on eventLoop: (any EventLoop)? = nil,
+        onMessage: @escaping WebSocketConnection.MessageHandler
     ) async throws(RecognitionError) -> WebSocketConnection {
         guard let key = try APIKey.load(keyFile: settings.apiKeyFile, environment: environment) else {
             throw RecognitionError(
@@ -118,7 +121,7 @@ public final class DeepgramRecognizer: Recognizer {
             do {
                 let connection = try await WebSocketConnection.connect(
                     url: url, headers: headers, tls: tls, proxy: ProxySettings.forURL(url, environment: environment),
-                    timeout: deadline - .now, logger: logger, onMessage: onMessage)
+                    timeout: deadline - .now, on: eventLoop, logger: logger, onMessage: onMessage)
                 logger.debug("stream connected", metadata: ["host": "\(url.host ?? "")"])
                 return connection
             } catch let refusal as HandshakeRefusal {

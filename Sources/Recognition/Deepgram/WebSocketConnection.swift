@@ -85,13 +85,15 @@ public final class WebSocketConnection: Sendable {
     }
 
     /// Connects and performs the handshake, all within `timeout`: TCP connect, proxy tunnel, TLS,
-    /// the upgrade, and for a refusal at most ``refusalBodyTimeout`` of its body. Observes task
+    /// the upgrade, and for a refusal at most ``refusalBodyTimeout`` of its body. The channel
+    /// lives on `eventLoop` (by default one of NIO's shared loops), where `onMessage` is called. Observes task
     /// cancellation: the channel is closed and `CancellationError` thrown at once.
     /// - Throws: ``HandshakeRefusal`` if the server answered without upgrading; `CancellationError`;
     ///   other errors for network and TLS failures and the timeout.
     public static func connect(
         url: URL, headers: [(String, String)], tls: TLSConfiguration?, proxy: ProxySettings? = nil,
-        timeout: Duration = .seconds(10), logger: Logger, onMessage: @escaping MessageHandler
+        timeout: Duration = .seconds(10), on eventLoop: (any EventLoop)? = nil, logger: Logger,
+        onMessage: @escaping MessageHandler
     ) async throws -> WebSocketConnection {
         guard let host = url.host, let scheme = url.scheme?.lowercased() else {
             throw WebSocketError("the URL \(url.absoluteString) has no host")
@@ -104,7 +106,7 @@ public final class WebSocketConnection: Sendable {
         let hostHeader = url.port.map { "\(host):\($0)" } ?? host
         let bareHost = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
 
-        let loop = MultiThreadedEventLoopGroup.singleton.next()
+        let loop = eventLoop ?? MultiThreadedEventLoopGroup.singleton.next()
         let deadline = NIODeadline.now() + TimeAmount(timeout)
         let attempt = ConnectAttempt(promise: loop.makePromise())
         let timer = loop.scheduleTask(deadline: deadline) {
