@@ -110,8 +110,9 @@ public final class PocketSphinxRecognizer: Recognizer {
             // an outcome every waiter can share.
             outcome = await performLoad()
             let waiters = state.withLock { state -> [LoadWaiter] in
-                defer { state = .done(outcome) }
-                guard case .loading(let waiters) = state else { return [] }
+                var waiters: [LoadWaiter] = []
+                if case .loading(let queued) = state { waiters = queued }
+                state = .done(outcome)
                 return waiters
             }
             for waiter in waiters { waiter.resume(returning: outcome) }
@@ -273,7 +274,8 @@ final class DecoderThread: Sendable {
         thread.start()
     }
 
-    // Sessions keep this object alive, so the thread outlives every session that needs it.
+    // Sessions keep this object alive, so the thread outlives every session that needs it (one
+    // never finished or cancelled keeps it for good; the service ends every session).
     deinit { queue.close() }
 
     func load(_ model: PocketSphinxModel) async throws(RecognitionError) {
@@ -298,9 +300,12 @@ final class LocalSession: RecognitionSession {
     private let decoder: DecoderThread
     private let state = Mutex(State())
 
+    private typealias Runner = CheckedContinuation<Result<Void, RecognitionError>, Never>
+
     private struct State {
         var phase = Phase.active
-        var runners: [CheckedContinuation<Result<Void, RecognitionError>, Never>] = []
+        /// The callers of run(), resumed once the session has ended.
+        var runners: [Runner] = []
     }
 
     private enum Phase {
@@ -339,7 +344,7 @@ final class LocalSession: RecognitionSession {
         let queue = decoder.queue
         let overflow = state.withLock { state -> RecognitionError? in
             guard case .active = state.phase else { return nil }
-            if queue.push(.audio(self, chunk), weight: chunk.samples.count) || true { return nil }
+            if queue.push(.audio(self, chunk), weight: chunk.samples.count) { return nil }
             let error = RecognitionError(
                 .backendUnavailable,
                 "The offline engine fell \(Self.seconds(queue.capacity)) s behind real time (the computer is too busy), so the session stopped; what was recognized before is kept."
@@ -380,9 +385,9 @@ final class LocalSession: RecognitionSession {
     }
 
     /// Called on the decoder thread after the session's last event; the first outcome counts.
-    func end(_ outcome: Result<Void, RecognitionError>) {
-        let runners = state.withLock { state in
-            if case .ended = state.phase { return [CheckedContinuation<Result<Void, RecognitionError>, Never>]() }
+    func complete(_ outcome: Result<Void, RecognitionError>) {
+        let runners = state.withLock { state -> [Runner] in
+            if case .ended = state.phase { return [] }
             state.phase = .ended(outcome)
             let runners = state.runners
             state.runners = []
@@ -432,7 +437,8 @@ private final class DecoderWorker {
                         : .success(()))
             case .begin(let session):
                 guard let decoder else {
-                    session.end(.failure(RecognitionError(.backendUnavailable, "The offline model is not loaded.")))
+                    session.complete(
+                        .failure(RecognitionError(.backendUnavailable, "The offline model is not loaded.")))
                     continue
                 }
                 if let current { end(current, lastFinal: false) }
@@ -448,15 +454,15 @@ private final class DecoderWorker {
                 process(chunk, decoder, session)
             case .finish(let session):
                 guard session === current else {
-                    // Already ended (its begin failed or a later begin replaced it); end() keeps that outcome.
-                    session.end(.success(()))
+                    // Already ended (its begin failed, or a later begin ended it): complete() keeps that.
+                    session.complete(.success(()))
                     continue
                 }
                 end(session, lastFinal: true)
             case .stop(let session, let error):
                 guard session === current else {
                     // Stopped before its begin came up (the stop removed it) or already ended.
-                    session.end(error.map { .failure($0) } ?? .success(()))
+                    session.complete(error.map { .failure($0) } ?? .success(()))
                     continue
                 }
                 end(session, lastFinal: false, error: error)
@@ -514,6 +520,6 @@ private final class DecoderWorker {
         if utteranceStarted { session.events.deliver(.speechActivity(false)) }
         utteranceStarted = false
         current = nil
-        session.end(error.map { .failure($0) } ?? .success(()))
+        session.complete(error.map { .failure($0) } ?? .success(()))
     }
 }
