@@ -58,7 +58,9 @@ public struct SpeechClient: Sendable {
 
     /// `TranscriptChanged` signals as they arrive. Subscribes before returning, so no update
     /// after this call is missed.
-    public func transcriptUpdates() async throws -> AsyncStream<TranscriptUpdate> {
+    public func transcriptUpdates() async throws
+        -> AsyncCompactMapSequence<AsyncStream<DBusSignalMessage>, TranscriptUpdate>
+    {
         let signals: AsyncStream<DBusSignalMessage>
         do {
             signals = try await connection.signals(
@@ -67,17 +69,11 @@ public struct SpeechClient: Sendable {
         } catch {
             throw Self.failure(error)
         }
-        return AsyncStream { continuation in
-            let task = Task {
-                for await signal in signals {
-                    guard case .transcriptChanged(let transcript, let segment, let isFinal) = SpeechSignal(signal) else {
-                        continue
-                    }
-                    continuation.yield(TranscriptUpdate(transcript: transcript, segment: segment, isFinal: isFinal))
-                }
-                continuation.finish()
+        return signals.compactMap { signal in
+            guard case .transcriptChanged(let transcript, let segment, let isFinal) = SpeechSignal(signal) else {
+                return nil
             }
-            continuation.onTermination = { _ in task.cancel() }
+            return TranscriptUpdate(transcript: transcript, segment: segment, isFinal: isFinal)
         }
     }
 

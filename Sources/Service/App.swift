@@ -154,7 +154,8 @@ public enum SttdApp {
             configuration: ServiceGroupConfiguration(
                 services: [
                     .init(
-                        service: BusService(connection: connection), successTerminationBehavior: .gracefullyShutdownGroup,
+                        service: BusService(connection: connection),
+                        successTerminationBehavior: .gracefullyShutdownGroup,
                         failureTerminationBehavior: .gracefullyShutdownGroup),
                     .init(service: CoreService(core: core)),
                     .init(service: systemd),
@@ -191,7 +192,8 @@ public enum SttdApp {
             let store = try HistoryStore(path: HistoryStore.defaultPath(environment: environment))
             try store.closeUnfinishedSessions()
             if configuration.historyDays > 0 {
-                let pruned = try store.prune(startedBefore: Configuration.historyCutoff(days: configuration.historyDays))
+                let pruned = try store.prune(
+                    startedBefore: Configuration.historyCutoff(days: configuration.historyDays))
                 if pruned > 0 { logger.info("pruned history", metadata: ["sessions": "\(pruned)"]) }
             }
             return store

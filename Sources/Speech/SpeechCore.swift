@@ -241,7 +241,9 @@ public actor SpeechCore {
     // MARK: Methods (async forms)
 
     public func start(_ options: StartOptions) async throws(SpeechError) {
-        let error = await withCheckedContinuation { continuation in start(options) { continuation.resume(returning: $0) } }
+        let error = await withCheckedContinuation { continuation in
+            start(options) { continuation.resume(returning: $0) }
+        }
         if let error { throw error }
     }
 
@@ -442,7 +444,8 @@ public actor SpeechCore {
     /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
     func inboxOverflowed(_ run: SessionRun) {
         guard session?.run === run else { return }
-        logger.error("the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.inboxBound)"])
+        logger.error(
+            "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.inboxBound)"])
         session?.failure = SpeechError.internal(
             "sttd fell more than \(Self.inboxBound) results behind the recognizer (the computer is too busy); the session stopped. What was recognized before is kept."
         )
@@ -477,7 +480,8 @@ public actor SpeechCore {
         if result.isFinal { store(result) }
         publish(
             .transcript(
-                transcript.text, update: TranscriptUpdate(segment: Transcript.normalized(result.text), isFinal: result.isFinal)))
+                transcript.text,
+                update: TranscriptUpdate(segment: Transcript.normalized(result.text), isFinal: result.isFinal)))
     }
 
     /// Keeps the pending interim as a final: stored, then reported as one.

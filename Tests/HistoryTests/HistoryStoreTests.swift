@@ -1,8 +1,9 @@
 import Foundation
-@testable import History
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import History
 
 @Suite("History store")
 struct HistoryStoreTests {

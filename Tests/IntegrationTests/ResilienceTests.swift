@@ -36,7 +36,9 @@ extension Integration {
             try #require(heard, "a final while the recording plays")
             // Kill at an arbitrary moment of the dictation: after a random number of further updates.
             let updates = recorder.signals(named: "TranscriptChanged").count + Int.random(in: 0...6)
-            await recorder.wait(timeout: .seconds(3)) { $0.filter { $0.member == "TranscriptChanged" }.count >= updates }
+            await recorder.wait(timeout: .seconds(3)) {
+                $0.filter { $0.member == "TranscriptChanged" }.count >= updates
+            }
             sttd.sttd.signal(SIGKILL)
             sttd.sttd.wait(timeout: 10)
             let signalled = signalledFinals(recorder).joined(separator: " ")

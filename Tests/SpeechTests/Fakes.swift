@@ -151,7 +151,9 @@ final class FakeSession: RecognitionSession {
     private let sink: any RecognitionEventSink
     private let finalOnFinish: String?
     private let finishHangs: Bool
-    private let state = Mutex<(samples: Int, end: Result<Void, RecognitionError>?, waiter: CheckedContinuation<Void, any Error>?)>(
+    private let state = Mutex<
+        (samples: Int, end: Result<Void, RecognitionError>?, waiter: CheckedContinuation<Void, any Error>?)
+    >(
         (0, nil, nil))
 
     init(sink: any RecognitionEventSink, options: SessionOptions, finalOnFinish: String?, finishHangs: Bool) {
@@ -281,7 +283,8 @@ final class EventLog: Sendable {
     /// Waits until the core reports a session failure.
     @discardableResult
     func waitForFailure(timeout: Duration = .seconds(10)) async -> Bool {
-        await wait(timeout: timeout) { events in events.contains { if case .sessionFailed = $0 { true } else { false } } }
+        await wait(timeout: timeout) { events in events.contains { if case .sessionFailed = $0 { true } else { false } }
+        }
     }
 
     /// Waits until the core reports this state (after the first `count` events).

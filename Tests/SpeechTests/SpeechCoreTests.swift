@@ -86,7 +86,9 @@ struct SpeechCoreTests {
             let (session, _) = try await harness.start()
             session.final("kept")
             session.interim("dropped")
-            await harness.log.wait { $0.contains(.transcript("kept dropped", update: .init(segment: "dropped", isFinal: false))) }
+            await harness.log.wait {
+                $0.contains(.transcript("kept dropped", update: .init(segment: "dropped", isFinal: false)))
+            }
             await harness.core.cancel()
             #expect(await harness.core.state == .idle)
             #expect(await harness.core.currentTranscript == "kept")
@@ -113,7 +115,9 @@ struct SpeechCoreTests {
         try await harness.run {
             let (session, _) = try await harness.start()
             session.final("before")
-            await harness.log.wait { $0.contains(.transcript("before", update: .init(segment: "before", isFinal: true))) }
+            await harness.log.wait {
+                $0.contains(.transcript("before", update: .init(segment: "before", isFinal: true)))
+            }
             await harness.core.resetTranscript()
             #expect(harness.log.all.last == .transcript("", update: .init(segment: "", isFinal: true)))
             #expect(await harness.core.state == .listening)
@@ -171,7 +175,10 @@ struct SpeechCoreTests {
             let (session, _) = try await harness.start()
             session.final("first part")
             session.interim("second half")
-            await harness.log.wait { $0.contains(.transcript("first part second half", update: .init(segment: "second half", isFinal: false))) }
+            await harness.log.wait {
+                $0.contains(
+                    .transcript("first part second half", update: .init(segment: "second half", isFinal: false)))
+            }
             let text = await harness.core.stop()
             #expect(text == "first part second half")
             #expect(await harness.core.currentTranscript == text)
