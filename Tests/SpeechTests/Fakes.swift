@@ -11,8 +11,6 @@ final class FakeMicrophone: Microphone {
         var available = true
         var streams: [FakeStream] = []
         var opensInFlight = 0
-        /// While set, opening waits for the test to let it through.
-        var gate: CheckedContinuation<Void, Never>?
         var holdOpens = false
         var heldOpens: [CheckedContinuation<Void, Never>] = []
     }
@@ -199,10 +197,14 @@ final class FakeSession: RecognitionSession {
 
     func send(_ chunk: AudioChunk) { state.withLock { $0.samples += chunk.samples.count } }
 
+    /// Like a real engine, the flush completes on the engine's own thread, not the caller's.
     func finish() {
         guard !finishHangs, !hasEnded else { return }
-        if let finalOnFinish { final(finalOnFinish) }
-        end(.success(()))
+        let thread = Thread { [self] in
+            if let finalOnFinish { final(finalOnFinish) }
+            end(.success(()))
+        }
+        thread.start()
     }
 
     func cancel() { end(.success(())) }
