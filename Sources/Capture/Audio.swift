@@ -55,3 +55,83 @@ public struct LevelMeter: Sendable {
         return max(20 * log10(max(rms, 1e-12)), -96)
     }
 }
+
+/// Voice activity from signal energy, cheap enough for the capture thread: speech is a level
+/// well above the noise floor it tracks, held for 100 ms; silence is 300 ms below it. It serves
+/// auto-stop, the same for every recognizer, so a session ends on silence even when the engine
+/// or server says nothing about speech.
+public struct VoiceDetector: Sendable {
+    /// A change of voice activity.
+    public enum Change: Sendable, Equatable {
+        case speech
+        /// Silence began this long (of audio) before the end of the chunk that reported it.
+        case silence(ago: Duration)
+    }
+
+    static let frameSamples = AudioFormat.samples(in: .milliseconds(20))
+    /// Frames above the threshold that make speech (100 ms), and below it that make silence (300 ms).
+    static let speechFrames = 5
+    static let silenceFrames = 15
+    /// Speech is at least this far above the noise floor, and never quieter than `quietest`.
+    static let margin = 12.0
+    static let quietest = -50.0
+    /// The floor falls at once to a quieter frame and rises by at least 1 dB per second (0.02 per
+    /// 20 ms frame), faster the further below it is (0.2 % of the gap per frame), so a fan that
+    /// starts is absorbed in seconds while the pauses between words keep the floor low.
+    static let floorRise = 0.02
+    static let floorPull = 0.002
+
+    public private(set) var isSpeech = false
+    private var floor = -70.0
+    private var loudRun = 0
+    private var quietRun = 0
+    private var frameEnergy = 0.0
+    private var frameCount = 0
+
+    public init() {}
+
+    /// Adds a chunk; returns the change it brought, if any (at most one per chunk).
+    public mutating func add(_ chunk: AudioChunk) -> Change? {
+        var change: Change?
+        var framesAfterChange = 0
+        for sample in chunk.samples {
+            let normalized = Double(sample) / 32768
+            frameEnergy += normalized * normalized
+            frameCount += 1
+            guard frameCount == Self.frameSamples else { continue }
+            let level = 10 * log10(max(frameEnergy / Double(frameCount), 1e-10))
+            frameEnergy = 0
+            frameCount = 0
+            framesAfterChange += 1
+            if let frameChange = addFrame(level: level) {
+                change = frameChange
+                framesAfterChange = 0
+            }
+        }
+        guard case .silence = change else { return change }
+        let frames = Self.silenceFrames + framesAfterChange
+        return .silence(
+            ago: .milliseconds(frames * 20) + .microseconds(frameCount * 1_000_000 / AudioFormat.sampleRate))
+    }
+
+    private mutating func addFrame(level: Double) -> Change? {
+        let loud = level > max(floor + Self.margin, Self.quietest)
+        floor = level < floor ? level : floor + max(Self.floorRise, (level - floor) * Self.floorPull)
+        if loud {
+            loudRun += 1
+            quietRun = 0
+            if !isSpeech, loudRun >= Self.speechFrames {
+                isSpeech = true
+                return .speech
+            }
+        } else {
+            quietRun += 1
+            loudRun = 0
+            if isSpeech, quietRun >= Self.silenceFrames {
+                isSpeech = false
+                return .silence(ago: .zero)
+            }
+        }
+        return nil
+    }
+}

@@ -78,15 +78,18 @@ struct SessionFlags: ParsableArguments {
 
     @Option(
         name: .customLong("auto-stop"),
-        help: ArgumentHelp("Stop after this much trailing silence.", valueName: "seconds"))
+        help: ArgumentHelp("Stop after this much trailing silence following speech; 0 = never.", valueName: "seconds"))
     var autoStop: Double?
 
-    @Option(help: "Where finals go besides D-Bus: none, type or clipboard.")
+    @Option(help: "Where finals go besides D-Bus: none, type (into the focused window) or clipboard.")
     var output: String?
 
     func validate() throws {
-        if let autoStop, !(0...3600).contains(autoStop) {
-            throw ValidationError("--auto-stop takes 0 to 3600 seconds")
+        if let autoStop, !(0...600).contains(autoStop) {
+            throw ValidationError("--auto-stop takes 0 to 600 seconds")
+        }
+        if let output, !["none", "type", "clipboard"].contains(output) {
+            throw ValidationError("--output takes none, type or clipboard, not '\(output)'")
         }
     }
 

@@ -150,16 +150,24 @@ public enum SttdApp {
             core: core, logger: logger)
         // Shut down in reverse order: systemd hears STOPPING=1, the session stops (its last final
         // stored), then the bus closes.
+        var services: [ServiceGroupConfiguration.ServiceConfiguration] = [
+            .init(
+                service: BusService(connection: connection),
+                successTerminationBehavior: .gracefullyShutdownGroup,
+                failureTerminationBehavior: .gracefullyShutdownGroup)
+        ]
+        if configuration.notify {
+            // Before the core: it is shut down after it, so the last "stopped" still goes out.
+            let notifier = DesktopNotifier(connection: connection, logger: logger)
+            services.append(
+                .init(
+                    service: NotifierService(notifier: notifier, events: core.events()),
+                    successTerminationBehavior: .ignore))
+        }
+        services += [.init(service: CoreService(core: core)), .init(service: systemd)]
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
-                services: [
-                    .init(
-                        service: BusService(connection: connection),
-                        successTerminationBehavior: .gracefullyShutdownGroup,
-                        failureTerminationBehavior: .gracefullyShutdownGroup),
-                    .init(service: CoreService(core: core)),
-                    .init(service: systemd),
-                ],
+                services: services,
                 gracefulShutdownSignals: shutdownSignals, logger: logger))
         return SttdApplication(core: core, adapter: adapter, connection: connection, group: group)
     }
@@ -249,6 +257,17 @@ struct CoreService: Service {
         } onGracefulShutdown: { [core] in
             core.shutDown {}
         }
+    }
+}
+
+/// Desktop notifications, for as long as the core publishes events.
+struct NotifierService: Service {
+    let notifier: DesktopNotifier
+    let events: AsyncStream<SpeechEvent>
+
+    func run() async throws {
+        // Ends when the core's events do, after the core has shut down.
+        await notifier.run(events)
     }
 }
 

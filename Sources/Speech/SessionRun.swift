@@ -197,20 +197,32 @@ final class CoreInbox: RecognitionEventSink {
     var eventLoop: (any EventLoop)? { core.loop }
 
     func deliver(_ event: RecognitionEvent) {
+        let run = run
         // Already on the core's loop (a WebSocket read there): hand it over in place.
         if core.loop.inEventLoop, waiting.load(ordering: .relaxed) == 0 {
             return core.assumeIsolated { $0.received(event, from: run) }
         }
+        enqueue { core in core.received(event, from: run) }
+    }
+
+    /// A voice detector change: like a result, never skipped (auto-stop depends on it).
+    func deliverVoice(_ change: VoiceDetector.Change) {
+        let instant = NIODeadline.now()
+        let run = run
+        enqueue { core in core.voice(change, at: instant, from: run) }
+    }
+
+    /// Hands `report` to the core within the bound; past it the session fails, once.
+    private func enqueue(_ report: @escaping @Sendable (isolated SpeechCore) -> Void) {
         guard waiting.wrappingAdd(1, ordering: .relaxed).newValue <= SpeechCore.inboxBound else {
             waiting.wrappingSubtract(1, ordering: .relaxed)
             guard !overflowed.exchange(true, ordering: .relaxed) else { return }
-            let run = run
-            core.submit { $0.inboxOverflowed(run) }
+            core.submit { [run] in $0.inboxOverflowed(run) }
             return
         }
         core.submit { [self] core in
             waiting.wrappingSubtract(1, ordering: .relaxed)
-            core.received(event, from: run)
+            report(core)
         }
     }
 
@@ -224,12 +236,13 @@ final class CoreInbox: RecognitionEventSink {
     }
 }
 
-/// Where captured audio goes, on the capture thread: to the recognizer (which never blocks) and
-/// to the level meter. Nothing here waits.
+/// Where captured audio goes, on the capture thread: to the recognizer (which never blocks), the
+/// level meter and the voice detector. Nothing here waits.
 final class AudioTap: Sendable {
     private let recognition: any RecognitionSession
     private let inbox: CoreInbox
     private let meter = Mutex(LevelMeter())
+    private let voice = Mutex(VoiceDetector())
 
     init(recognition: any RecognitionSession, inbox: CoreInbox) {
         self.recognition = recognition
@@ -239,5 +252,6 @@ final class AudioTap: Sendable {
     @Sendable func deliver(_ chunk: AudioChunk) {
         recognition.send(chunk)
         if let level = meter.withLock({ $0.add(chunk) }) { inbox.deliverLevel(level) }
+        if let change = voice.withLock({ $0.add(chunk) }) { inbox.deliverVoice(change) }
     }
 }

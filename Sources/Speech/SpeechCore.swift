@@ -15,6 +15,17 @@ private struct ActiveSession {
     var ignoresResults = false
     /// Why the core itself ended the session, if it did.
     var failure: SpeechError?
+    /// Trailing silence that stops the session by itself (nil: auto-stop is off).
+    let autoStopAfter: TimeAmount?
+    var autoStop: AutoStop?
+}
+
+/// The desktop output of the running (or just ended) session.
+private struct ActiveOutput {
+    let mode: OutputMode
+    let session: any DictationOutputSession
+    /// Whether a final was typed yet: the next one is preceded by a space.
+    var typedAny = false
 }
 
 /// The engines a core starts sessions with, by backend.
@@ -58,6 +69,7 @@ public actor SpeechCore {
     private let microphone: any Microphone
     private let recognizers: Recognizers
     private let history: HistoryStore?
+    private let output: (any DictationOutput)?
     private let logger: Logger
     private let hub: EventHub
     private let jobs: AsyncStream<@Sendable () async -> Void>
@@ -72,6 +84,8 @@ public actor SpeechCore {
     private var session: ActiveSession?
     private var sessionCounter = 0
     private var stopTimer: Scheduled<Void>?
+    private var autoStopTimer: Scheduled<Void>?
+    private var activeOutput: ActiveOutput?
     /// Which links of the running session are down; `State` is `reconnecting` while any is.
     private var recognizerDown = false
     private var microphoneDown = false
@@ -89,10 +103,12 @@ public actor SpeechCore {
 
     /// - Parameters:
     ///   - history: where finals are kept, or nil to keep none.
+    ///   - output: where `output = type | clipboard` sends text, or nil for none (such starts fail).
     ///   - loop: the loop to run on; by default the core starts one of its own.
     public init(
         configuration: Configuration, microphone: any Microphone, recognizers: Recognizers,
-        history: HistoryStore? = nil, logger: Logger, loop: (any EventLoop)? = nil
+        history: HistoryStore? = nil, output: (any DictationOutput)? = nil, logger: Logger,
+        loop: (any EventLoop)? = nil
     ) {
         if let loop {
             self.loop = loop
@@ -106,6 +122,7 @@ public actor SpeechCore {
         self.microphone = microphone
         self.recognizers = recognizers
         self.history = history
+        self.output = output
         self.logger = logger
         hub = EventHub(logger: logger)
         settings = SpeechSettings(
@@ -323,6 +340,7 @@ public actor SpeechCore {
         case .close(let flush):
             guard let run = session?.run else { return }
             run.close(flush: flush)
+            cancelAutoStop()
             if flush {
                 armStopTimeout(for: run)
             } else {
@@ -341,6 +359,12 @@ public actor SpeechCore {
 
     private func open(_ options: StartOptions) {
         sessionCounter += 1
+        let mode = options.output ?? configuration.output
+        do throws(SpeechError) {
+            activeOutput = try beginOutput(mode)
+        } catch {
+            return handle(.openFailed(error))
+        }
         transcript.reset()
         publish(.transcript("", update: nil))
         let backend = options.backend ?? settings.backend
@@ -352,7 +376,9 @@ public actor SpeechCore {
             token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: sessionOptions,
             recognizer: recognizers[backend], microphone: microphone, core: self,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger)
-        session = ActiveSession(run: run)
+        let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
+        session = ActiveSession(
+            run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil)
         if case .terminated = jobQueue.yield({ await run.run() }) {
             session = nil
             handle(.openFailed(.internal("sttd is shutting down; start it again (`systemctl --user start sttd`).")))
@@ -392,6 +418,12 @@ public actor SpeechCore {
         setMicrophone(.authorized)
         setLastError(nil)
         beginHistory(run)
+        if let after = session?.autoStopAfter {
+            session?.autoStop = AutoStop(
+                silence: after, noSpeech: .milliseconds(Int64(configuration.autoStopNoSpeechMilliseconds)),
+                opened: .now())
+            armAutoStop()
+        }
         logger.info(
             "listening", metadata: ["source": "\(run.source ?? "(default)")", "backend": "\(run.backend.rawValue)"])
         handle(.opened)
@@ -400,6 +432,9 @@ public actor SpeechCore {
     func openFailed(_ run: SessionRun, _ failure: SessionRun.OpenFailure) {
         guard session?.run === run else { return }
         session = nil
+        // Nothing was said: there is nothing to deliver, and the tools it started can go.
+        activeOutput?.session.finish(transcript: nil) {}
+        activeOutput = nil
         let error: SpeechError
         switch failure {
         case .recognizer(let recognitionError):
@@ -426,6 +461,16 @@ public actor SpeechCore {
             updateReconnecting()
         case .speechActivity(let now):
             setSpeaking(now)
+            if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
+        }
+    }
+
+    /// The capture's own voice detector changed its mind.
+    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from run: SessionRun) {
+        guard session?.run === run else { return }
+        switch change {
+        case .speech: autoStopHeardSpeech()
+        case .silence(let ago): autoStopHeardSilence(since: instant - TimeAmount(ago))
         }
     }
 
@@ -454,30 +499,44 @@ public actor SpeechCore {
 
     func ended(_ run: SessionRun, captureError: CaptureError?, recognitionError: RecognitionError?) {
         guard let ending = session, ending.run === run else { return }
-        session = nil
         stopTimer?.cancel()
         stopTimer = nil
-        // Stop, timeout, failure: the pending interim is kept as the last final. Cancel dropped it.
+        cancelAutoStop()
+        // Stop, timeout, failure: the pending interim is kept as the last final (and typed).
+        // Cancel dropped it.
         if !ending.cancelled { promoteInterim() }
+        session = nil
         setSpeaking(false)
         endHistory()
         pruneHistoryDaily()
-        if let failure = ending.failure { return handle(.failed(failure)) }
-        if let captureError {
+        let outcome: Machine.Event
+        if let failure = ending.failure {
+            outcome = .failed(failure)
+        } else if let captureError {
             setMicrophone(Self.microphoneStatus(for: captureError))
-            return handle(.failed(SpeechError(captureError)))
+            outcome = .failed(SpeechError(captureError))
+        } else if let recognitionError, !ending.ignoresResults, !ending.cancelled {
+            outcome = .failed(SpeechError(recognitionError))
+        } else {
+            outcome = .closed
         }
-        if let recognitionError, !ending.ignoresResults, !ending.cancelled {
-            return handle(.failed(SpeechError(recognitionError)))
+        // The session is over once its text is on the desktop too: a Stop's reply comes after
+        // the last final was typed or the transcript is on the clipboard.
+        guard let output = activeOutput else { return handle(outcome) }
+        activeOutput = nil
+        output.session.finish(transcript: ending.cancelled ? nil : transcript.finalText) { [self] in
+            submit { core in core.handle(outcome) }
         }
-        handle(.closed)
     }
 
     // MARK: Transcript
 
     private func apply(_ result: RecognitionResult) {
         guard transcript.apply(result) else { return }
-        if result.isFinal { store(result) }
+        if result.isFinal {
+            store(result)
+            typeFinal(result.text)
+        }
         publish(
             .transcript(
                 transcript.text,
@@ -607,5 +666,81 @@ public actor SpeechCore {
         } catch {
             logger.error("history pruning failed", metadata: ["reason": "\(error.description)"])
         }
+    }
+
+    // MARK: Auto-stop
+
+    private func autoStopHeardSpeech() {
+        guard session?.autoStop != nil else { return }
+        session?.autoStop?.speechStarted()
+        armAutoStop()
+    }
+
+    private func autoStopHeardSilence(since instant: NIODeadline) {
+        guard session?.autoStop != nil else { return }
+        session?.autoStop?.silenceBegan(at: instant)
+        armAutoStop()
+    }
+
+    private func armAutoStop() {
+        autoStopTimer?.cancel()
+        autoStopTimer = nil
+        guard let session, let deadline = session.autoStop?.deadline else { return }
+        let token = session.run.token
+        autoStopTimer = loop.scheduleTask(deadline: deadline) {
+            self.assumeIsolated { $0.autoStopDue(token: token) }
+        }
+    }
+
+    private func cancelAutoStop() {
+        autoStopTimer?.cancel()
+        autoStopTimer = nil
+        session?.autoStop = nil
+    }
+
+    /// Stops exactly as `StopTranscribing` would: flushed, every word kept, no failure.
+    private func autoStopDue(token: Int) {
+        guard let session, session.run.token == token, let autoStop = session.autoStop,
+            machine.state == .listening || machine.state == .reconnecting
+        else { return }
+        logger.info(
+            autoStop.heardSpeech ? "auto-stop: silence after speech" : "auto-stop: nobody spoke",
+            metadata: [
+                "after_ms":
+                    "\(autoStop.heardSpeech ? autoStop.silence.nanoseconds / 1_000_000 : autoStop.noSpeech.nanoseconds / 1_000_000)"
+            ])
+        call({ .stop($0) }) { _, _ in }
+    }
+
+    // MARK: Desktop output
+
+    private func beginOutput(_ mode: OutputMode) throws(SpeechError) -> ActiveOutput? {
+        guard mode != .none else { return nil }
+        guard let output else {
+            throw .invalidConfiguration("output = \"\(mode.rawValue)\" is not available in this build of sttd.")
+        }
+        let outputSession = try output.begin(mode) { [self] message in
+            submit { core in core.outputFailed(message) }
+        }
+        return ActiveOutput(mode: mode, session: outputSession)
+    }
+
+    private func typeFinal(_ text: String) {
+        guard var output = activeOutput, output.mode == .type else { return }
+        let text = Transcript.normalized(text)
+        guard !text.isEmpty else { return }
+        output.session.type(output.typedAny ? " " + text : text)
+        output.typedAny = true
+        activeOutput = output
+    }
+
+    /// A tool failed: the session goes on and the text stays in the transcript and history.
+    private func outputFailed(_ message: String) {
+        logger.warning(
+            "desktop output failed; the text is kept in the transcript and history",
+            metadata: ["reason": "\(message)"])
+        let error = SpeechError.invalidConfiguration(message)
+        setLastError(error)
+        publish(.outputFailed(error))
     }
 }

@@ -28,6 +28,8 @@ public enum SpeechEvent: Sendable, Equatable {
     case audioLevel(Double)
     /// A session ended on its own because of this error.
     case sessionFailed(SpeechError)
+    /// Typing or the clipboard failed; the session goes on (`LastError` shows it too).
+    case outputFailed(SpeechError)
     /// The last session failure changed (nil: cleared by a new session).
     case lastError(SpeechError?)
     case authorization(RecognizerAuthorization)

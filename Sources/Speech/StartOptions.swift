@@ -7,16 +7,22 @@ public struct StartOptions: Sendable, Equatable {
     public var source: String?
     public var interimResults: Bool?
     public var keyterms: [String] = []
+    /// Trailing silence after which the session stops by itself; 0 = never.
+    public var autoStopMilliseconds: UInt32?
+    /// Where finals go besides the bus.
+    public var output: OutputMode?
 
     public init(
         backend: Backend? = nil, language: String? = nil, source: String? = nil, interimResults: Bool? = nil,
-        keyterms: [String] = []
+        keyterms: [String] = [], autoStopMilliseconds: UInt32? = nil, output: OutputMode? = nil
     ) {
         self.backend = backend
         self.language = language
         self.source = source
         self.interimResults = interimResults
         self.keyterms = keyterms
+        self.autoStopMilliseconds = autoStopMilliseconds
+        self.output = output
     }
 }
 

@@ -56,6 +56,8 @@ public final class SpeechBusAdapter: Sendable {
             object.emit(.audioLevel(rmsDBFS: level))
         case .sessionFailed(let error):
             object.emit(.sessionFailed(errorName: error.name, message: error.message))
+        case .outputFailed:
+            break  // not a session failure: `LastError` shows it, and a notification
         case .lastError(let error):
             object.set(.lastError, error?.name ?? "")
         case .authorization(let status):

@@ -38,18 +38,18 @@ extension StartOptions {
                 keyterms = terms
             case "auto_stop_ms":
                 guard let milliseconds = value.uint32 else { throw Self.wrongType(key, value, "u") }
-                guard milliseconds == 0 else {
-                    throw .invalidArgs("option 'auto_stop_ms' is not supported by this version of sttd yet (only 0)")
+                guard milliseconds <= Configuration.maximumMilliseconds else {
+                    throw .invalidArgs(
+                        "option 'auto_stop_ms' must be 0 (never) to \(Configuration.maximumMilliseconds), not \(milliseconds)"
+                    )
                 }
+                autoStopMilliseconds = milliseconds
             case "output":
                 let mode = try Self.string(key, value)
-                guard OutputMode(rawValue: mode) != nil else {
+                guard let output = OutputMode(rawValue: mode) else {
                     throw .invalidArgs("option 'output' must be 'none', 'type' or 'clipboard', not '\(mode)'")
                 }
-                guard mode == "none" else {
-                    throw .invalidArgs(
-                        "option 'output' = '\(mode)' is not supported by this version of sttd yet (only 'none')")
-                }
+                self.output = output
             default:
                 throw .invalidArgs("unknown option '\(key)'; known options: \(Self.known.joined(separator: ", "))")
             }

@@ -105,3 +105,33 @@ struct PulseCaptureTests {
         #expect(error?.kind == .lost)
     }
 }
+
+@Suite("Voice detector")
+struct VoiceDetectorTests {
+    static func tone(milliseconds: Int, amplitude: Double = 8000) -> AudioChunk {
+        AudioChunk(samples: (0..<milliseconds * 16).map { Int16(amplitude * sin(Double($0) / 5)) })
+    }
+    static func quiet(milliseconds: Int) -> AudioChunk {
+        AudioChunk(samples: Array(repeating: 0, count: milliseconds * 16))
+    }
+
+    @Test func speechNeedsAHundredMillisecondsAndSilenceThreeHundred() {
+        var detector = VoiceDetector()
+        #expect(detector.add(Self.quiet(milliseconds: 500)) == nil)
+        #expect(detector.add(Self.tone(milliseconds: 80)) == nil, "a click is not speech")
+        #expect(detector.add(Self.tone(milliseconds: 40)) == .speech)
+        #expect(detector.add(Self.quiet(milliseconds: 280)) == nil)
+        #expect(detector.add(Self.quiet(milliseconds: 100)) == .silence(ago: .milliseconds(380)))
+        #expect(detector.isSpeech == false)
+    }
+
+    @Test func aSteadyNoiseBecomesTheFloor() {
+        var detector = VoiceDetector()
+        let hum = Self.tone(milliseconds: 1000, amplitude: 600)  // about -38 dBFS
+        var changes: [VoiceDetector.Change] = []
+        for _ in 0..<60 { if let change = detector.add(hum) { changes.append(change) } }
+        #expect(changes.first == .speech, "a new noise sounds like speech at first")
+        #expect(changes.last.map { if case .silence = $0 { true } else { false } } == true, "but not for long")
+        #expect(detector.add(Self.tone(milliseconds: 200, amplitude: 12000)) == .speech, "speech over the hum is heard")
+    }
+}

@@ -100,8 +100,9 @@ extension Integration {
                 (.vardict([("interim_results", .string("yes"))]), "interim_results"),
                 (.vardict([("keyterms", .string("sttd"))]), "keyterms"),
                 (.vardict([("language", .string("x y"))]), "language"),
-                (.vardict([("output", .string("type"))]), "not supported"),
-                (.vardict([("auto_stop_ms", .uint32(1500))]), "not supported"),
+                (.vardict([("output", .string("keyboard"))]), "output"),
+                (.vardict([("auto_stop_ms", .uint32(3_600_000))]), "auto_stop_ms"),
+                (.vardict([("auto_stop_ms", .string("soon"))]), "auto_stop_ms"),
             ]
             for (options, mentioned) in cases {
                 for method in ["StartTranscribing", "ToggleTranscribing"] {

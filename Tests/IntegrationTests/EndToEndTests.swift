@@ -144,9 +144,10 @@ extension Integration {
             #expect(try sttd.sttctl(["reset"]).status == 0)
             #expect(try sttd.sttctl(["transcript"]).stdout.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty)
 
-            let refused = try sttd.sttctl(["start", "--output", "type"])
+            let refused = try sttd.sttctl(["start", "--language", "not a language"])
             #expect(refused.status == 4)
             #expect(refused.stderr.contains("org.freedesktop.DBus.Error.InvalidArgs"))
+            #expect(try sttd.sttctl(["start", "--output", "keyboard"]).status == 2)
             #expect(try sttd.sttctl(["start", "--frobnicate"]).status == 2)
             #expect(try sttd.sttctl(["dance"]).status == 2)
             #expect(try sttd.sttctl(["--help"]).status == 0)

@@ -10,13 +10,15 @@ struct StartOptionsTests {
             parsing: .vardict([
                 ("backend", .string("deepgram")), ("language", .string("fr-FR")), ("source", .string("")),
                 ("interim_results", .boolean(false)), ("keyterms", .strings(["sttd", "D-Bus"])),
-                ("auto_stop_ms", .uint32(0)), ("output", .string("none")),
+                ("auto_stop_ms", .uint32(1500)), ("output", .string("clipboard")),
             ]))
         #expect(options.backend == .deepgram)
         #expect(options.language == "fr-FR")
         #expect(options.source == "")
         #expect(options.interimResults == false)
         #expect(options.keyterms == ["sttd", "D-Bus"])
+        #expect(options.autoStopMilliseconds == 1500)
+        #expect(options.output == .clipboard)
     }
 
     @Test func refusesBadOptions() {
@@ -24,6 +26,7 @@ struct StartOptionsTests {
             .vardict([("nope", .string(""))]), .vardict([("backend", .boolean(true))]),
             .vardict([("keyterms", .strings([""]))]), .vardict([("keyterms", .array(.uint32, []))]),
             .vardict([("output", .string("speaker"))]), .vardict([("language", .string("12"))]),
+            .vardict([("auto_stop_ms", .uint32(600_001))]), .vardict([("auto_stop_ms", .int32(800))]),
             .string("not a dict"),
         ]
         for value in cases {

@@ -21,8 +21,12 @@ struct ConfigurationTests {
                 language = "de-DE"
                 source = "alsa_input.usb"
                 interim_results = false
-                auto_stop_ms = 0
-                output = "none"
+                auto_stop_ms = 1500
+                auto_stop_no_speech_ms = 4000
+                output = "type"
+                output_tool = "wtype"
+                paste = true
+                notify = false
                 stop_timeout_ms = 2500
                 history = false
 
@@ -42,6 +46,12 @@ struct ConfigurationTests {
         #expect(config.source == "alsa_input.usb")
         #expect(!config.interimResults)
         #expect(config.stopTimeoutMilliseconds == 2500)
+        #expect(config.autoStopMilliseconds == 1500)
+        #expect(config.autoStopNoSpeechMilliseconds == 4000)
+        #expect(config.output == .type)
+        #expect(config.outputTool == .wtype)
+        #expect(config.paste)
+        #expect(!config.notify)
         #expect(!config.history)
         #expect(config.local.modelDirectory == "/opt/model")
         #expect(config.deepgram.auth == .subprotocol)
@@ -59,8 +69,11 @@ struct ConfigurationTests {
         ("[deepgram]\nauth = \"cookie\"", "deepgram.auth = \"cookie\" is not allowed"),
         ("[deepgram]\nurl = \"http://example.com\"", "must start with wss://"),
         ("[deepgram]\nurl = \"ws://example.com/v1/listen\"", "non-loopback"),
-        ("output = \"type\"", "not supported by this version"),
-        ("auto_stop_ms = 800", "not supported by this version"),
+        ("output = \"keyboard\"", "output = \"keyboard\" is not allowed; use one of \"none\", \"type\", \"clipboard\""),
+        ("output_tool = \"xte\"", "use one of \"\", \"wtype\", \"ydotool\", \"xdotool\""),
+        ("auto_stop_ms = 700000", "auto_stop_ms = 700000 is out of range"),
+        ("auto_stop_no_speech_ms = 0", "auto_stop_no_speech_ms = 0 is out of range"),
+        ("notify = 1", "notify = 1 is a integer, but it must be true or false"),
         ("local = 3", "local = 3 is a integer, but it must be a table"),
         ("backend = ", "line 1"),
     ])

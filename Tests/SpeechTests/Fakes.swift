@@ -302,3 +302,67 @@ extension AudioChunk {
     /// 100 ms of a tone loud enough for the level meter.
     static var tone: AudioChunk { AudioChunk(samples: (0..<1600).map { Int16(8000 * sin(Double($0) / 5)) }) }
 }
+
+extension AudioChunk {
+    /// 100 ms of digital silence.
+    static var silence: AudioChunk { AudioChunk(samples: Array(repeating: 0, count: 1600)) }
+}
+
+/// A desktop output that records what it was asked to type and copy.
+final class FakeOutput: DictationOutput {
+    private struct State {
+        var modes: [OutputMode] = []
+        var typed: [String] = []
+        var finished: [String?] = []
+        var unavailable: SpeechError?
+        var failed: (@Sendable (String) -> Void)?
+        var heldFinish: (@Sendable () -> Void)?
+        var holdFinish = false
+    }
+    private let state = Mutex(State())
+
+    var typed: [String] { state.withLock { $0.typed } }
+    /// The transcripts sessions finished with (nil: cancelled), in order.
+    var finished: [String?] { state.withLock { $0.finished } }
+    var modes: [OutputMode] { state.withLock { $0.modes } }
+    /// Makes `begin` throw this, as when no typing tool is installed.
+    var unavailable: SpeechError? {
+        get { state.withLock { $0.unavailable } }
+        set { state.withLock { $0.unavailable = newValue } }
+    }
+    /// Makes `finish` wait until ``releaseFinish()``.
+    func holdFinish() { state.withLock { $0.holdFinish = true } }
+    func releaseFinish() { state.withLock { $0.heldFinish }?() }
+    var isHoldingFinish: Bool { state.withLock { $0.heldFinish != nil } }
+
+    /// Reports a tool failure, as a typing tool exiting with an error would.
+    func failTool(_ message: String) { state.withLock { $0.failed }?(message) }
+
+    func begin(_ mode: OutputMode, failed: @escaping @Sendable (String) -> Void) throws(SpeechError)
+        -> any DictationOutputSession
+    {
+        try state.withLock { state throws(SpeechError) in
+            if let unavailable = state.unavailable { throw unavailable }
+            state.modes.append(mode)
+            state.failed = failed
+        }
+        return FakeOutputSession(output: self)
+    }
+
+    fileprivate func type(_ text: String) { state.withLock { $0.typed.append(text) } }
+
+    fileprivate func finish(_ transcript: String?, done: @escaping @Sendable () -> Void) {
+        let hold = state.withLock { state in
+            state.finished.append(transcript)
+            if state.holdFinish { state.heldFinish = done }
+            return state.holdFinish
+        }
+        if !hold { done() }
+    }
+}
+
+private struct FakeOutputSession: DictationOutputSession {
+    let output: FakeOutput
+    func type(_ text: String) { output.type(text) }
+    func finish(transcript: String?, done: @escaping @Sendable () -> Void) { output.finish(transcript, done: done) }
+}

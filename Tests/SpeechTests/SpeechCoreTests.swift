@@ -12,6 +12,7 @@ import Testing
 struct CoreHarness {
     let microphone = FakeMicrophone()
     let recognizer = FakeRecognizer()
+    let output = FakeOutput()
     let log = EventLog()
     let core: SpeechCore
     let history: HistoryStore
@@ -25,7 +26,7 @@ struct CoreHarness {
         history = try HistoryStore(path: "\(directory)/history.sqlite")
         core = SpeechCore(
             configuration: configuration, microphone: microphone,
-            recognizers: Recognizers(local: recognizer, deepgram: recognizer), history: history,
+            recognizers: Recognizers(local: recognizer, deepgram: recognizer), history: history, output: output,
             logger: Logger(label: "test"))
         let log = log
         await core.observe { log.append($0) }

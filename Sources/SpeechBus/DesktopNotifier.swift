@@ -1,0 +1,66 @@
+import DBus
+import Logging
+import Speech
+
+/// Desktop notifications through `org.freedesktop.Notifications` (config `notify`): one when
+/// listening starts, replaced (not stacked) when it stops ("Dictation stopped — N words"), and
+/// one when a session or the desktop output fails. With no notification server on the bus,
+/// nothing is shown and nothing fails. Dictated text never goes into a notification: servers
+/// keep a history of them.
+public struct DesktopNotifier: Sendable {
+    static let destination = "org.freedesktop.Notifications"
+    static let path = "/org/freedesktop/Notifications"
+
+    private let connection: DBusConnection
+    private let logger: Logger
+
+    public init(connection: DBusConnection, logger: Logger) {
+        self.connection = connection
+        self.logger = logger
+    }
+
+    /// Follows `events` until they end (when the core does), one notification call at a time.
+    public func run(_ events: AsyncStream<SpeechEvent>) async {
+        var shown: UInt32 = 0
+        var listening = false
+        var words = 0
+        for await event in events {
+            switch event {
+            case .state(.listening) where !listening:
+                listening = true
+                shown = await notify(replacing: shown, "Dictation on", "Listening to the microphone.", urgency: 0)
+            case .state(.idle) where listening:
+                listening = false
+                shown = await notify(
+                    replacing: shown, "Dictation stopped — \(words) \(words == 1 ? "word" : "words")", "", urgency: 0)
+            case .transcript(let text, _):
+                words = text.split(whereSeparator: \.isWhitespace).count
+            case .sessionFailed(let error):
+                listening = false
+                shown = await notify(replacing: shown, "Dictation failed", error.message, urgency: 2)
+            case .outputFailed(let error):
+                _ = await notify(replacing: 0, "Dictated text was not typed", error.message, urgency: 2)
+            default:
+                break
+            }
+        }
+    }
+
+    /// Shows a notification; returns its id (0 when none could be shown).
+    private func notify(replacing id: UInt32, _ summary: String, _ body: String, urgency: UInt8) async -> UInt32 {
+        do {
+            let reply = try await connection.call(
+                destination: Self.destination, path: Self.path, interface: Self.destination, member: "Notify",
+                arguments: [
+                    .string("sttd"), .uint32(id), .string("audio-input-microphone"), .string(summary), .string(body),
+                    .array(.string, []), .vardict([("urgency", .byte(urgency))]), .int32(-1),
+                ],
+                timeout: .seconds(2))
+            return reply.first?.uint32 ?? 0
+        } catch {
+            // No server (a headless session, a bare window manager): nothing to show.
+            logger.debug("notification not shown", metadata: ["reason": "\(error.message)"])
+            return 0
+        }
+    }
+}
