@@ -235,7 +235,13 @@ struct BusService: Service {
     func run() async throws {
         let shuttingDown = Atomic<Bool>(false)
         await withGracefulShutdownHandler {
-            await connection.waitUntilDisconnected()
+            // A cancelled group (another service failed) must not wait on the bus forever.
+            await withTaskCancellationHandler {
+                await connection.waitUntilDisconnected()
+            } onCancel: {
+                shuttingDown.store(true, ordering: .relaxed)
+                connection.close()
+            }
         } onGracefulShutdown: {
             shuttingDown.store(true, ordering: .relaxed)
             connection.close()
@@ -266,8 +272,10 @@ struct NotifierService: Service {
     let events: AsyncStream<SpeechEvent>
 
     func run() async throws {
-        // Ends when the core's events do, after the core has shut down.
         await notifier.run(events)
+        // The events end with the core. Returning before the group asks would count as an
+        // unexpected exit and cancel the shutdown half-way.
+        try? await gracefulShutdown()
     }
 }
 

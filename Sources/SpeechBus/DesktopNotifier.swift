@@ -23,11 +23,20 @@ public struct DesktopNotifier: Sendable {
     public func run(_ events: AsyncStream<SpeechEvent>) async {
         var shown: UInt32 = 0
         var listening = false
+        // A start in flight: an error before it listens means it could not start (a hotkey
+        // user sees no D-Bus reply, so the notification is how they learn why).
+        var starting = false
         var words = 0
         for await event in events {
             switch event {
+            case .state(.starting):
+                starting = true
+            case .lastError(let error?) where starting:
+                starting = false
+                shown = await notify(replacing: shown, "Dictation could not start", error.message, urgency: 2)
             case .state(.listening) where !listening:
                 listening = true
+                starting = false
                 shown = await notify(replacing: shown, "Dictation on", "Listening to the microphone.", urgency: 0)
             case .state(.idle) where listening:
                 listening = false

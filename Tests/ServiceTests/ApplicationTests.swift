@@ -22,7 +22,7 @@ struct InProcessSttd {
     let application: SttdApplication
     let client: DBusConnection
 
-    init() async throws {
+    init(configuration: Configuration = Configuration()) async throws {
         bus = try PrivateBus()
         pulse = try HeadlessPulse()
         home = try makeTemporaryDirectory("sttd-app")
@@ -30,7 +30,7 @@ struct InProcessSttd {
         let logger = Logger(label: "test")
         do {
             application = try await SttdApp.build(
-                configuration: Configuration(), environment: environment, bus: .address(bus.address),
+                configuration: configuration, environment: environment, bus: .address(bus.address),
                 microphone: PulseAudioMicrophone(server: pulse.server, logger: logger), logger: logger)
         } catch {
             throw MissingPrerequisite(description: "sttd could not be built in process: \(error.message)")

@@ -1,0 +1,77 @@
+import DBus
+import Speech
+import SpeechAPI
+import TestSupport
+import Testing
+
+@Suite("Desktop notifications", .serialized)
+struct NotificationTests {
+    @Test func listeningIsShownAndReplacedWhenItStops() async throws {
+        let sttd = try await InProcessSttd()
+        defer { sttd.cleanUp() }
+        let server = try await NotificationServer(busAddress: sttd.bus.address)
+        defer { server.stop() }
+        let recording = try LibriVox.recordings()[1]
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sttd.application.run() }
+            try await sttd.call(.startTranscribing, [.vardict([])])
+            #expect(await waitFor { server.notifications.count == 1 })
+            try sttd.pulse.play(recording.path)
+            let text = try await sttd.call(.stopTranscribing).first?.string ?? ""
+            #expect(await waitFor { server.notifications.count == 2 })
+            let (shown, stopped) = (server.notifications[0], server.notifications[1])
+            #expect(shown.summary == "Dictation on")
+            #expect(shown.appName == "sttd")
+            let words = text.split(separator: " ").count
+            #expect(stopped.summary == "Dictation stopped — \(words) words")
+            #expect(stopped.replacesID == shown.id, "replaced, not stacked")
+            #expect(!stopped.body.contains(text), "dictated text stays out of the notification server's history")
+            await sttd.application.shutDown()
+            try await group.waitForAll()
+        }
+    }
+
+    @Test func aSessionThatFailsSaysWhy() async throws {
+        var configuration = Configuration()
+        configuration.microphoneReconnectMilliseconds = 0
+        let sttd = try await InProcessSttd(configuration: configuration)
+        defer { sttd.cleanUp() }
+        let server = try await NotificationServer(busAddress: sttd.bus.address)
+        defer { server.stop() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sttd.application.run() }
+            // A source that does not exist: the start fails and the hotkey user is told.
+            await #expect(throws: DBusError.self) {
+                try await sttd.call(.startTranscribing, [.vardict([("source", .string("no.such.source"))])])
+            }
+            #expect(await waitFor { server.notifications.count == 1 })
+            #expect(server.notifications.first?.summary == "Dictation could not start")
+            #expect(server.notifications.first?.body.contains("no.such.source") == true)
+            #expect(server.notifications.first?.urgency == 2)
+
+            // The sound server goes away while listening: the session fails.
+            try await sttd.call(.startTranscribing, [.vardict([])])
+            sttd.pulse.stop()
+            #expect(await waitFor { server.notifications.contains { $0.summary == "Dictation failed" } })
+            let failed = try #require(server.notifications.last)
+            #expect(failed.summary == "Dictation failed")
+            #expect(!failed.body.isEmpty)
+            await sttd.application.shutDown()
+            try await group.waitForAll()
+        }
+    }
+
+    @Test func withoutANotificationServerNothingFails() async throws {
+        let sttd = try await InProcessSttd()
+        defer { sttd.cleanUp() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sttd.application.run() }
+            try await sttd.call(.startTranscribing, [.vardict([])])
+            _ = try await sttd.call(.stopTranscribing)
+            #expect(try await sttd.call(.startTranscribing, [.vardict([])]).isEmpty)
+            _ = try await sttd.call(.stopTranscribing)
+            await sttd.application.shutDown()
+            try await group.waitForAll()
+        }
+    }
+}
