@@ -4,6 +4,16 @@ import Logging
 
 /// Types and copies a session's text into the desktop the environment names.
 ///
+/// Tools: wtype on wlroots compositors, ydotool on GNOME/KDE Wayland (through /dev/uinput),
+/// xdotool on X11; wl-copy/wl-paste or xclip for the clipboard. What a tool cannot type exactly
+/// is pasted instead (xdotool: any non-ASCII text; ydotool: everything, as its key codes assume
+/// a US layout), and the previous clipboard text is put back afterwards.
+///
+/// The clipboard: wl-copy and xclip leave a process that owns the selection until another
+/// program takes it, so copied text outlives sttd's process. A systemd unit with the default
+/// `KillMode=control-group` kills those processes when sttd stops, and the clipboard becomes
+/// empty then (windows that already pasted keep their text).
+///
 /// Every request runs on one worker thread this object owns, in the order the calls were made;
 /// calls return at once. At most ``queueCapacity`` requests wait behind the running one: a
 /// request beyond that fails at once with ``OutputError/Kind/queueFull`` (its text is not typed;
