@@ -87,6 +87,11 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strictness),
+        // Typing and clipboard output through the desktop's tools; knows no D-Bus and no speech.
+        .target(
+            name: "Output",
+            dependencies: ["CSttdSystem", .product(name: "Logging", package: "swift-log")],
+            swiftSettings: strictness),
         .target(
             name: "Control",
             dependencies: [
@@ -135,6 +140,8 @@ let package = Package(
             name: "ServiceTests",
             dependencies: ["Service", "Speech", "SpeechAPI", "SpeechBus", "DBus", "History", "TestSupport"],
             swiftSettings: strictness),
+        .testTarget(
+            name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),
         .testTarget(
             name: "IntegrationTests", dependencies: ["DBus", "History", "Service", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),

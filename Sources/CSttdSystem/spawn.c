@@ -4,7 +4,13 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <errno.h>
+#include <poll.h>
 #include <spawn.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                const char *stdin_path, const char *stdout_path, const char *stderr_path) {
@@ -38,4 +44,66 @@ int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const env
     posix_spawnattr_destroy(&attributes);
     posix_spawn_file_actions_destroy(&actions);
     return result;
+}
+
+int sttd_spawn_fds(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                   int stdin_fd, int stdout_fd, int stderr_fd) {
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int result = posix_spawn_file_actions_init(&actions);
+    if (result != 0) return result;
+    result = posix_spawnattr_init(&attributes);
+    if (result != 0) {
+        posix_spawn_file_actions_destroy(&actions);
+        return result;
+    }
+    // dup2 onto the same number clears close-on-exec (glibc), so a descriptor already at 0/1/2 works.
+    posix_spawn_file_actions_adddup2(&actions, stdin_fd, 0);
+    posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
+    posix_spawn_file_actions_adddup2(&actions, stderr_fd, 2);
+    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
+
+    sigset_t empty, all;
+    sigemptyset(&empty);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(&attributes, &empty);
+    posix_spawnattr_setsigdefault(&attributes, &all);
+    // Its own process group: a timeout kills the tool and anything it started.
+    posix_spawnattr_setpgroup(&attributes, 0);
+    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+
+    result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+    posix_spawnattr_destroy(&attributes);
+    posix_spawn_file_actions_destroy(&actions);
+    return result;
+}
+
+int sttd_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
+
+int sttd_wait_child(pid_t pid, int timeout_ms, int *status) {
+    int pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pidfd >= 0) {
+        struct pollfd fd = {.fd = pidfd, .events = POLLIN};
+        int ready;
+        do {
+            ready = poll(&fd, 1, timeout_ms);
+        } while (ready < 0 && errno == EINTR);
+        close(pidfd);
+        if (ready == 0) return 0;
+    } else {
+        // Kernels before 5.3: poll the child every 2 ms.
+        for (int waited = 0; waited < timeout_ms; waited += 2) {
+            pid_t done = waitpid(pid, status, WNOHANG);
+            if (done == pid) return 1;
+            if (done < 0 && errno != EINTR) return -1;
+            usleep(2000);
+        }
+    }
+    pid_t done;
+    do {
+        done = waitpid(pid, status, pidfd >= 0 ? 0 : WNOHANG);
+    } while (done < 0 && errno == EINTR);
+    return done == pid ? 1 : (done == 0 ? 0 : -1);
 }

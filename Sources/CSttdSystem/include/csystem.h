@@ -8,6 +8,19 @@
 int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                const char *stdin_path, const char *stdout_path, const char *stderr_path);
 
+/// Starts `path` with the given descriptors as stdin/stdout/stderr, every other descriptor closed,
+/// an empty signal mask, default signal dispositions, in a process group of its own (pgid = pid).
+/// Returns 0 or an errno value.
+int sttd_spawn_fds(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                   int stdin_fd, int stdout_fd, int stderr_fd);
+
+/// An anonymous in-memory file (close-on-exec), or -1 with errno set.
+int sttd_memfd(const char *name);
+
+/// Waits up to `timeout_ms` for the child to end and reaps it into `status`.
+/// Returns 1 when it ended, 0 on timeout (the child is left running), -1 on error.
+int sttd_wait_child(pid_t pid, int timeout_ms, int *status);
+
 /// Makes glibc give freed memory back: two arenas, and a fixed mmap threshold so large buffers
 /// are unmapped when freed instead of staying in the heap.
 void sttd_limit_allocator_retention(void);
