@@ -79,7 +79,8 @@ let package = Package(
         .target(
             name: "Service",
             dependencies: [
-                "DBus", "Capture", "Recognition", "History", "Speech", "SpeechAPI", "SpeechBus", "CSttdSystem",
+                "DBus", "Capture", "Recognition", "History", "Speech", "SpeechAPI", "SpeechBus", "Output",
+                "CSttdSystem",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

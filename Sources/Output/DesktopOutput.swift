@@ -59,6 +59,11 @@ public final class DesktopOutput: Sendable {
         enqueue(done) { () throws(OutputError) in try engine.copy(text, paste: paste) }
     }
 
+    /// Calls `done` (on the worker thread) once everything queued before has run.
+    public func whenIdle(_ done: @escaping @Sendable () -> Void) {
+        if !worker.submit(done) { done() }
+    }
+
     private func enqueue(
         _ done: @escaping @Sendable (OutputError?) -> Void, _ job: @escaping @Sendable () throws(OutputError) -> Void
     ) {

@@ -112,7 +112,9 @@ public enum SttdApp {
             configuration: configuration,
             microphone: microphone ?? PulseAudioMicrophone(logger: logger),
             recognizers: recognizers ?? defaultRecognizers(configuration, environment: environment, logger: logger),
-            history: openHistory(configuration, environment: environment, logger: logger), logger: logger)
+            history: openHistory(configuration, environment: environment, logger: logger),
+            output: DesktopDictationOutput(configuration: configuration, environment: environment, logger: logger),
+            logger: logger)
         let adapter: SpeechBusAdapter
         do {
             adapter = try SpeechBusAdapter(

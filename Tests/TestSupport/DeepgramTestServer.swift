@@ -41,6 +41,9 @@ public final class DeepgramTestServer: Sendable {
         /// For latency benchmarks: this many extra interims per audio frame, each with the
         /// transcript `s<CLOCK_MONOTONIC nanoseconds at sending>`.
         public var stampedInterimsPerFrame = 0
+        /// The words every result is made of, in turn (one per 100 ms of audio), instead of
+        /// words computed from the audio: e.g. non-ASCII text to type.
+        public var vocabulary: [String] = []
         public init() {}
     }
 
@@ -353,7 +356,10 @@ final class WebSocketServerHandler: ChannelInboundHandler {
     }
 
     private func sendResult(_ context: ChannelHandlerContext, from: Int, to: Int, isFinal: Bool, fromFinalize: Bool) {
-        let words = DeepgramTestServer.words(for: Array(session.audio[from..<to]))
+        var words = DeepgramTestServer.words(for: Array(session.audio[from..<to]))
+        if !script.vocabulary.isEmpty {
+            words = (from / 3200..<from / 3200 + words.count).map { script.vocabulary[$0 % script.vocabulary.count] }
+        }
         let transcript = words.joined(separator: " ")
         if isFinal { server.update(session.index) { $0.finalsSent.append(transcript) } }
         let start = Double(from) / 32_000

@@ -1,0 +1,169 @@
+import DBus
+import Foundation
+import SpeechAPI
+import TestSupport
+import Testing
+
+extension Integration {
+    /// sttd typing and copying into real windows: Xvfb with xterm and xdotool, headless sway with
+    /// foot and wtype (scripts/desktop-env starts both).
+    @Suite("Dictation into real windows", .serialized)
+    struct DesktopDictationTests {
+        /// sttd for a desktop: its environment names the desktop, nothing else of the test's.
+        static func sttd(
+            on window: ReceivingWindow, config: String? = nil, environment extra: [String: String] = [:]
+        ) async throws -> SttdFixture {
+            var environment = ["DISPLAY": "", "WAYLAND_DISPLAY": "", "XDG_CURRENT_DESKTOP": ""]
+            environment.merge(window.environment) { $1 }
+            environment.merge(extra) { $1 }
+            return try await SttdFixture(config: config, environment: environment)
+        }
+
+        static func option(_ entries: (String, DBusValue)...) -> [DBusValue] { [.vardict(entries)] }
+
+        @Test(arguments: DesktopKind.allCases)
+        func everyFinalIsTypedAndTheWindowHoldsTheStopReply(_ kind: DesktopKind) async throws {
+            let window = try await ReceivingWindow.open(kind)
+            defer { window.close() }
+            let sttd = try await Self.sttd(on: window)
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+            let recordings = try LibriVox.recordings()
+            try sttd.pulse.play(recordings[0].path)
+            // Finals are typed as they arrive, while listening goes on.
+            let firstFinal = await waitFor(timeout: .seconds(20)) {
+                recorder.signals(named: "TranscriptChanged").contains { $0.arguments.last == .boolean(true) }
+            }
+            #expect(firstFinal)
+            #expect(await waitFor { !window.text.isEmpty }, "typed before Stop")
+            for recording in recordings.dropFirst() { try sttd.pulse.play(recording.path) }
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(reply.split(separator: " ").count > 40, "\(reply)")
+            #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
+            let history = try sttd.sttctl(["history", "--json"]).stdout
+            #expect(history.contains(reply), "the history entry is the same text")
+        }
+
+        @Test(arguments: DesktopKind.allCases)
+        func nonASCIIFromTheStreamingBackendArrivesIntact(_ kind: DesktopKind) async throws {
+            var script = DeepgramTestServer.Script()
+            script.vocabulary = ["café", "Straße", "✓", "naïve", "😀"]
+            let server = try await DeepgramTestServer(script: script)
+            let window = try await ReceivingWindow.open(kind)
+            defer { window.close() }
+            let sttd = try await Self.sttd(
+                on: window, config: "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n",
+                environment: ["STTD_API_KEY": script.key])
+            try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(reply.hasPrefix("café Straße ✓ naïve 😀 café"), "\(reply)")
+            #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
+        }
+
+        @Test(arguments: DesktopKind.allCases)
+        func clipboardOutputCopiesAtStopAndLeavesPrimaryAlone(_ kind: DesktopKind) async throws {
+            let window = try await ReceivingWindow.open(kind)
+            defer { window.close() }
+            try DesktopClipboard.set("before", on: kind)
+            try DesktopClipboard.set("primary stays", on: kind, primary: true)
+            let sttd = try await Self.sttd(on: window)
+            try await sttd.call("StartTranscribing", Self.option(("output", .string("clipboard"))))
+            try sttd.pulse.play(try LibriVox.recordings()[2].path)
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(!reply.isEmpty)
+            #expect(try DesktopClipboard.clipboard(kind) == reply, "on the clipboard when Stop replies")
+            #expect(try DesktopClipboard.primary(kind) == "primary stays")
+            #expect(window.text.isEmpty, "clipboard output types nothing")
+        }
+
+        @Test(arguments: DesktopKind.allCases)
+        func pasteLandsInTheWindowAndTheClipboardComesBack(_ kind: DesktopKind) async throws {
+            let window = try await ReceivingWindow.open(kind)
+            defer { window.close() }
+            try DesktopClipboard.set("what I had copied", on: kind)
+            let sttd = try await Self.sttd(on: window, config: "output = \"clipboard\"\npaste = true\n")
+            try await sttd.call("StartTranscribing", Self.option())
+            try sttd.pulse.play(try LibriVox.recordings()[3].path)
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(!reply.isEmpty)
+            #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
+            #expect(try DesktopClipboard.clipboard(kind) == "what I had copied")
+        }
+
+        @Test func autoStopEndsTheSessionWithTheWholeText() async throws {
+            let window = try await ReceivingWindow.open(.x11)
+            defer { window.close() }
+            let sttd = try await Self.sttd(on: window)
+            let recorder = try await sttd.record()
+            let recording = try LibriVox.recordings()[0]
+            try await sttd.call(
+                "StartTranscribing", Self.option(("output", .string("type")), ("auto_stop_ms", .uint32(1000))))
+            try sttd.pulse.play(recording.path)
+            // The virtual microphone is silent once the file ends.
+            let stopped = await waitFor(timeout: .seconds(30)) {
+                (try? await sttd.property("State")) == .string("idle")
+            }
+            #expect(stopped, "the session stopped by itself")
+            let text = try await sttd.property("Transcript")?.string ?? ""
+            #expect(wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(text)) < 50, "\(text)")
+            #expect(await window.waitForText(text), "window: \(window.text)\ntranscript: \(text)")
+            #expect(recorder.signals(named: "SessionFailed").isEmpty, "an auto-stop is not a failure")
+            #expect(try sttd.sttctl(["history", "--json"]).stdout.contains(text))
+        }
+
+        @Test func aSessionWithNoSpeechEndsByItself() async throws {
+            let sttd = try await SttdFixture(config: "auto_stop_no_speech_ms = 1500\n")
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", Self.option(("auto_stop_ms", .uint32(800))))
+            let stopped = await waitFor(timeout: .seconds(20)) {
+                (try? await sttd.property("State")) == .string("idle")
+            }
+            #expect(stopped)
+            #expect(recorder.signals(named: "SessionFailed").isEmpty)
+            #expect(try await sttd.property("LastError") == .string(""))
+            #expect(sttd.log.contains("auto-stop: nobody spoke"))
+        }
+
+        @Test func withoutATypingToolTheStartFailsNamingThePackage() async throws {
+            let window = try await ReceivingWindow.open(.x11)
+            defer { window.close() }
+            let sttd = try await Self.sttd(on: window, environment: ["PATH": "/nonexistent"])
+            let error = await #expect(throws: DBusError.self) {
+                try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+            }
+            #expect(error?.name == SpeechAPI.errorName("InvalidConfiguration"))
+            #expect(error?.message.contains("apt install xdotool") == true, "\(error?.message ?? "")")
+            #expect(try await sttd.property("State") == .string("idle"))
+
+            let headless = try await SttdFixture(environment: ["DISPLAY": "", "WAYLAND_DISPLAY": ""])
+            let noDisplay = await #expect(throws: DBusError.self) {
+                try await headless.call("StartTranscribing", Self.option(("output", .string("clipboard"))))
+            }
+            #expect(noDisplay?.name == SpeechAPI.errorName("InvalidConfiguration"))
+            #expect(noDisplay?.message.contains("import-environment") == true, "\(noDisplay?.message ?? "")")
+        }
+
+        @Test func aToolThatFailsKeepsListeningAndLosesNothing() async throws {
+            // xdotool is installed, but the display it is told to use does not exist.
+            let sttd = try await SttdFixture(environment: ["DISPLAY": ":97", "WAYLAND_DISPLAY": ""])
+            let notifications = try await NotificationServer(busAddress: sttd.bus.address)
+            defer { notifications.stop() }
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            let warned = await waitFor(timeout: .seconds(30)) {
+                (try? await sttd.property("LastError")) == .string(SpeechAPI.errorName("InvalidConfiguration"))
+            }
+            #expect(warned, "LastError shows the tool's failure")
+            #expect(try await sttd.property("State") == .string("listening"), "the session goes on")
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(!reply.isEmpty)
+            #expect(recorder.signals(named: "SessionFailed").isEmpty)
+            #expect(try sttd.sttctl(["history", "--json"]).stdout.contains(reply))
+            #expect(
+                await waitFor { notifications.notifications.contains { $0.summary == "Dictated text was not typed" } })
+            #expect(sttd.log.contains("desktop output failed"))
+        }
+    }
+}
