@@ -30,7 +30,7 @@ test: build
 # Benchmarks never fail on a number; they print the table and write bench/results.{json,md}.
 bench: release
 	scripts/bench-setup
-	STTD_BUILD_DIR=$(CURDIR)/.build/release scripts/test-env .build/release/sttd-bench
+	STTD_BUILD_DIR=$(CURDIR)/.build/release scripts/test-env scripts/desktop-env .build/release/sttd-bench
 
 demo: build
 	scripts/test-env scripts/demo .build/debug

@@ -21,6 +21,8 @@ enum Benchmarks {
         Benchmark(name: "memory while listening", run: memoryWhileListening),
         Benchmark(name: "start latency", run: startLatency),
         Benchmark(name: "activation", run: activation),
+        Benchmark(name: "typing latency", run: DesktopBenchmarks.typingLatency),
+        Benchmark(name: "auto-stop timing", run: DesktopBenchmarks.autoStopTiming),
     ]
 
     /// Peak RSS in kB seen in benchmarks 3 (remote) and 4 (local), for row 6.

@@ -1,0 +1,93 @@
+import DBus
+import Foundation
+import TestSupport
+
+/// The dictation benchmarks: typing into real windows, and auto-stop's timing.
+enum DesktopBenchmarks {
+    /// Typing: a final's `TranscriptChanged` at a subscriber → its text in a real window, per
+    /// desktop (the streaming test server sends a final per second of audio).
+    static func typingLatency() async throws -> Row {
+        var results: [(DesktopKind, [Double])] = []
+        for kind in DesktopKind.allCases {
+            results.append((kind, try await typingLatency(on: kind)))
+        }
+        let tools: [DesktopKind: String] = [.x11: "xdotool (X11)", .wayland: "wtype (sway)"]
+        var values: [String: Double] = [:]
+        for (kind, samples) in results {
+            values["\(kind)_p50_ms"] = percentile(samples, 50)
+            values["\(kind)_p99_ms"] = percentile(samples, 99)
+        }
+        return Row(
+            number: 9,
+            name:
+                "typing (final at a subscriber → its text in a real window, \(results.map(\.1.count).reduce(0, +)) finals)",
+            result: results.map { kind, samples in
+                "\(tools[kind] ?? "\(kind)") p50 \(format(percentile(samples, 50), 1)) ms, p99 \(format(percentile(samples, 99), 1)) ms"
+            }.joined(separator: "; "),
+            aim: "typing adds ≤ 50 ms p50", values: values)
+    }
+
+    static func typingLatency(on kind: DesktopKind) async throws -> [Double] {
+        let window = try await ReceivingWindow.open(kind)
+        defer { window.close() }
+        let server = try await DeepgramTestServer()
+        var environment = ["DISPLAY": "", "WAYLAND_DISPLAY": "", "STTD_API_KEY": server.script.key]
+        environment.merge(window.environment) { $1 }
+        let sttd = try await SttdFixture(config: streamingConfig(server), environment: environment)
+        let signals = try await sttd.client.signals(sender: SttdFixture.name, member: "TranscriptChanged")
+        try await sttd.call("StartTranscribing", [.vardict([("output", .string("type"))])])
+        let player = try sttd.pulse.startPlaying(try LibriVox.recordings()[0].path)
+        var samples: [Double] = []
+        for await signal in signals {
+            guard signal.arguments.last == .boolean(true), let transcript = signal.arguments.first?.string else {
+                continue
+            }
+            let received = ContinuousClock.now
+            let length = transcript.utf8.count
+            // The window's file grows as the terminal receives keys; 1 ms polling.
+            while window.bytes.count < length, ContinuousClock.now - received < .seconds(5) {
+                try await Task.sleep(for: .milliseconds(1))
+            }
+            samples.append(milliseconds(ContinuousClock.now - received))
+            if !player.isRunning, samples.count >= 5 { break }
+        }
+        _ = try await sttd.call("StopTranscribing")
+        return samples
+    }
+
+    /// Auto-stop: from the end of speech to `State` leaving `listening`, with `auto_stop_ms` =
+    /// 1000, over the five recordings (offline engine). The end of speech is the file's last
+    /// 20 ms above -40 dBFS: the time after it in the file counts as silence already heard.
+    static func autoStopTiming() async throws -> Row {
+        let sttd = try await Benchmarks.localService()
+        var samples: [Double] = []
+        for recording in try LibriVox.recordings() {
+            let trailing = trailingSilenceMilliseconds(try wavSamples(recording.path))
+            try await sttd.call("StartTranscribing", [.vardict([("auto_stop_ms", .uint32(1000))])])
+            try sttd.pulse.play(recording.path)
+            let ended = ContinuousClock.now
+            while try await sttd.property("State") == .string("listening"), ContinuousClock.now - ended < .seconds(10) {
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            samples.append(trailing + milliseconds(ContinuousClock.now - ended))
+            while try await sttd.property("State") != .string("idle") { try await Task.sleep(for: .milliseconds(20)) }
+        }
+        return Row(
+            number: 10, name: "auto-stop (end of a recording → the session stops itself, auto_stop_ms = 1000)",
+            result:
+                "stopped after \(format(percentile(samples, 50), 0)) ms of silence p50, max \(format(samples.max() ?? .nan, 0)) ms (\(samples.count) recordings)",
+            aim: "≈ auto_stop_ms",
+            values: ["p50_ms": percentile(samples, 50), "max_ms": samples.max() ?? .nan])
+    }
+
+    static func trailingSilenceMilliseconds(_ samples: [Int16]) -> Double {
+        let frame = 320
+        var end = samples.count
+        while end >= frame {
+            let energy = samples[(end - frame)..<end].reduce(0.0) { $0 + Double($1) * Double($1) } / Double(frame)
+            if 10 * log10(max(energy, 1) / (32768.0 * 32768.0)) > -40 { break }
+            end -= frame
+        }
+        return Double(samples.count - end) / 16
+    }
+}
