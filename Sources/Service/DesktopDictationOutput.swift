@@ -12,7 +12,8 @@ struct DesktopDictationOutput: DictationOutput {
     let logger: Logger
 
     init(configuration: Configuration, environment: [String: String], logger: Logger) {
-        self.environment = environment
+        // The tools get the session's variables, not sttd's secrets.
+        self.environment = environment.filter { $0.key != "STTD_API_KEY" && $0.key != "CREDENTIALS_DIRECTORY" }
         typingTool = TypingTool(rawValue: configuration.outputTool.rawValue)
         paste = configuration.paste
         self.logger = logger
