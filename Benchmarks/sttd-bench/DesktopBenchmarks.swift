@@ -18,7 +18,7 @@ enum DesktopBenchmarks {
             values["\(kind)_p99_ms"] = percentile(samples, 99)
         }
         return Row(
-            number: 9,
+            number: 12,
             name:
                 "typing (final at a subscriber → its text in a real window, \(results.map(\.1.count).reduce(0, +)) finals)",
             result: results.map { kind, samples in
@@ -73,7 +73,7 @@ enum DesktopBenchmarks {
             while try await sttd.property("State") != .string("idle") { try await Task.sleep(for: .milliseconds(20)) }
         }
         return Row(
-            number: 10, name: "auto-stop (end of a recording → the session stops itself, auto_stop_ms = 1000)",
+            number: 13, name: "auto-stop (end of a recording → the session stops itself, auto_stop_ms = 1000)",
             result:
                 "stopped after \(format(percentile(samples, 50), 0)) ms of silence p50, max \(format(samples.max() ?? .nan, 0)) ms (\(samples.count) recordings)",
             aim: "≈ auto_stop_ms",
