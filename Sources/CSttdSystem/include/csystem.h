@@ -12,4 +12,7 @@ int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const env
 /// are unmapped when freed instead of staying in the heap.
 void sttd_limit_allocator_retention(void);
 
+/// Returns freed heap memory to the system now (malloc_trim), e.g. after unloading a model.
+void sttd_release_free_memory(void);
+
 #endif
