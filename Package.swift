@@ -137,10 +137,13 @@ let package = Package(
             swiftSettings: strictness),
         .testTarget(
             name: "ServiceTests",
-            dependencies: ["Service", "Speech", "SpeechAPI", "SpeechBus", "DBus", "History", "TestSupport"],
+            dependencies: [
+                "Service", "Speech", "SpeechAPI", "SpeechBus", "DBus", "History", "Recognition", "TestSupport",
+            ],
             swiftSettings: strictness),
         .testTarget(
-            name: "IntegrationTests", dependencies: ["DBus", "History", "Service", "SpeechAPI", "TestSupport"],
+            name: "IntegrationTests",
+            dependencies: ["DBus", "History", "Recognition", "Service", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),
     ],
     swiftLanguageModes: [.v6]

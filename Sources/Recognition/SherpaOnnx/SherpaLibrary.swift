@@ -22,6 +22,11 @@ public struct SherpaInstall: Sendable, Equatable {
 
     public var libraryPath: String? { engineDirectory.map { "\($0)/lib/libsherpa-onnx-c-api.so" } }
 
+    public init(engineDirectory: String? = nil, defaultModelDirectory: String? = nil) {
+        self.engineDirectory = engineDirectory
+        self.defaultModelDirectory = defaultModelDirectory
+    }
+
     /// Looks next to the executable and up to three folders above it.
     public static func locate(executable: String? = nil) -> SherpaInstall {
         let files = FileManager.default

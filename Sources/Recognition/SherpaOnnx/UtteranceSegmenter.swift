@@ -8,7 +8,8 @@ import Foundation
 /// VAD model ships in a package here. A frame (20 ms) is voiced when its level is 12 dB above the
 /// noise floor (the quietest frame of the last 3 s), clamped to -50…-35 dBFS so that digital
 /// silence and a noisy room both work. Speech starts after 3 voiced frames in a row and keeps
-/// 300 ms of audio from before; it ends after `hangover` without a voiced frame. At `pause` into
+/// 500 ms of audio from before (soft onsets are detected late: 300 ms lost "ill" of "ill-disposed"
+/// on a LibriVox clip); it ends after `hangover` without a voiced frame. At `pause` into
 /// that silence the engine may decode speculatively: the utterance a final gets is cut at the
 /// same point, so a speculative decode that nothing interrupted *is* the final.
 struct UtteranceSegmenter {
@@ -37,7 +38,7 @@ struct UtteranceSegmenter {
     let hangoverFrames: Int
     let maxFrames: Int
     let startFrames = 3
-    let prerollFrames = 15
+    let prerollFrames = 25
     let minVoicedFrames = 8
     let floorFrames = 150
 
