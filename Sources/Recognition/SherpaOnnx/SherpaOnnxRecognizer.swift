@@ -110,11 +110,23 @@ public final class SherpaOnnxRecognizer: Recognizer {
     /// Decodes `samples` (16 kHz, -1…1) in one piece with a model of its own, as sherpa-onnx's
     /// examples do: the reference that tests and benchmarks hold sessions against.
     public static func transcribe(_ samples: [Float], settings: SherpaSettings) throws(RecognitionError) -> String {
-        let recognizer = SherpaOnnxRecognizer(settings: settings, logger: Logger(label: "sttd.reference"))
-        let (library, model) = try recognizer.preflight()
-        let engine = try SherpaEngine(library: library, model: model, settings: settings)
-        return engine.decode(samples)
+        try SherpaReference(settings: settings).decode(samples)
     }
+}
+
+/// The engine decoding whole recordings directly, with no segmentation: a model loaded once.
+/// Not thread-safe; for tests and benchmarks.
+public final class SherpaReference {
+    private let engine: SherpaEngine
+
+    public init(settings: SherpaSettings) throws(RecognitionError) {
+        let (library, model) = try SherpaOnnxRecognizer(settings: settings, logger: Logger(label: "sttd.reference"))
+            .preflight()
+        engine = try SherpaEngine(library: library, model: model, settings: settings)
+    }
+
+    /// The text of `samples` (16 kHz, -1…1).
+    public func decode(_ samples: [Float]) -> String { engine.decode(samples) }
 }
 
 /// A loaded model. Not thread-safe: used on one thread at a time.
