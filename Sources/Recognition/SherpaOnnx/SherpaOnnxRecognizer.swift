@@ -50,8 +50,8 @@ public struct SherpaSettings: Sendable, Equatable {
 ///   ready when the hangover runs out; speech that resumes throws that decode away. Utterances
 ///   longer than 20 s are split at their quietest 100 ms.
 /// - Interims (when asked for): the utterance so far is re-decoded after at least 1 s of new
-///   audio *and* at least twice as much new audio as the last decode took, so interim decoding
-///   uses at most half of real time however long the utterance grows; none is decoded while the
+///   audio *and* at least four times as much new audio as the last decode took, so interim
+///   decoding uses at most a quarter of real time however long the utterance grows; none is decoded while the
 ///   queue holds more than 0.5 s of audio (the decoder is behind). Finals are never skipped.
 /// - Memory: the model loads when a session starts (audio queues meanwhile, so no first words
 ///   are lost), stays while sessions come and go, and is unloaded `unloadAfter` after the last.
