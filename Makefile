@@ -9,6 +9,9 @@ BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
 SYSTEMD_USER_DIR ?= $(HOME)/.config/systemd/user
 SWIFT ?= swift
+# The offline engine and model scripts/setup unpacks (versioned folders; see scripts/setup).
+SHERPA_ENGINE ?= sherpa-onnx-2.0.1
+SHERPA_MODEL ?= moonshine-base-en-0.1.4
 
 .PHONY: all build release setup test demo bench install uninstall clean
 
@@ -43,6 +46,16 @@ install: release
 	sed 's|@bindir@|$(BINDIR)|g' systemd/sttd.service > $(DESTDIR)$(SYSTEMD_USER_DIR)/sttd.service
 	sed 's|@bindir@|$(BINDIR)|g' dbus/io.github.sttd.Speech1.service > $(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service
 	install -m 644 dbus/io.github.sttd.Speech1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/
+	@# sttd finds these relative to its own path: $(BINDIR)/../lib/sttd and ../share/sttd/models.
+	@if [ -f .build/engines/$(SHERPA_ENGINE)/.complete ] && [ -f .build/models/$(SHERPA_MODEL)/.complete ]; then \
+		install -d $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE)/lib $(DESTDIR)$(DATADIR)/sttd/models/$(SHERPA_MODEL); \
+		install -m 755 .build/engines/$(SHERPA_ENGINE)/lib/*.so $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE)/lib/; \
+		install -m 644 .build/engines/$(SHERPA_ENGINE)/session.conf $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE)/; \
+		install -m 644 .build/models/$(SHERPA_MODEL)/*.ort .build/models/$(SHERPA_MODEL)/tokens.txt \
+			.build/models/$(SHERPA_MODEL)/LICENSE $(DESTDIR)$(DATADIR)/sttd/models/$(SHERPA_MODEL)/; \
+	else \
+		echo "make install: no sherpa-onnx engine in .build (scripts/setup fetches it); sttd will use pocketsphinx"; \
+	fi
 	.build/release/sttctl --generate-completion-script bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl
 	.build/release/sttctl --generate-completion-script zsh > $(DESTDIR)$(DATADIR)/zsh/site-functions/_sttctl
 	.build/release/sttctl --generate-completion-script fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
@@ -58,6 +71,7 @@ uninstall:
 		$(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl \
 		$(DESTDIR)$(DATADIR)/zsh/site-functions/_sttctl \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
+	rm -rf $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE) $(DESTDIR)$(DATADIR)/sttd/models/$(SHERPA_MODEL)
 	@systemctl --user daemon-reload 2>/dev/null || true
 
 clean:

@@ -31,6 +31,9 @@ let package = Package(
             providers: [.apt(["libpocketsphinx-dev", "libsphinxbase-dev"])]),
         // GNU extensions Swift cannot see: posix_spawn closing inherited descriptors, mallopt.
         .target(name: "CSttdSystem"),
+        // sherpa-onnx's C API declarations (the pinned version's header); the library itself is
+        // loaded with dlopen when the engine is first used, so it is not needed to build.
+        .systemLibrary(name: "CSherpaOnnx"),
 
         .target(
             name: "DBus",
@@ -43,7 +46,8 @@ let package = Package(
         .target(
             name: "Recognition",
             dependencies: [
-                "CPocketSphinx", "Capture", .product(name: "Logging", package: "swift-log"),
+                "CPocketSphinx", "CSherpaOnnx", "CSttdSystem", "Capture",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -122,7 +126,7 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: strictness),
         .executableTarget(
-            name: "sttd-bench", dependencies: ["CDBus", "DBus", "SpeechAPI", "TestSupport"],
+            name: "sttd-bench", dependencies: ["CDBus", "DBus", "Recognition", "SpeechAPI", "TestSupport"],
             path: "Benchmarks/sttd-bench",
             swiftSettings: strictness),
 
@@ -139,12 +143,15 @@ let package = Package(
             swiftSettings: strictness),
         .testTarget(
             name: "ServiceTests",
-            dependencies: ["Service", "Speech", "SpeechAPI", "SpeechBus", "DBus", "History", "TestSupport"],
+            dependencies: [
+                "Service", "Speech", "SpeechAPI", "SpeechBus", "DBus", "History", "Recognition", "TestSupport",
+            ],
             swiftSettings: strictness),
         .testTarget(
             name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),
         .testTarget(
-            name: "IntegrationTests", dependencies: ["DBus", "History", "Service", "SpeechAPI", "TestSupport"],
+            name: "IntegrationTests",
+            dependencies: ["DBus", "History", "Recognition", "Service", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),
     ],
     swiftLanguageModes: [.v6]

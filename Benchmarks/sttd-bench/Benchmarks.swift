@@ -21,6 +21,9 @@ enum Benchmarks {
         Benchmark(name: "memory while listening", run: memoryWhileListening),
         Benchmark(name: "start latency", run: startLatency),
         Benchmark(name: "activation", run: activation),
+        Benchmark(name: "sherpa-onnx + Moonshine cost and WER", run: sherpaEngineCost),
+        Benchmark(name: "end of speech to final", run: endOfSpeechLatency),
+        Benchmark(name: "sherpa-onnx memory and cold start", run: sherpaMemory),
         Benchmark(name: "typing latency", run: DesktopBenchmarks.typingLatency),
         Benchmark(name: "auto-stop timing", run: DesktopBenchmarks.autoStopTiming),
     ]
@@ -35,8 +38,11 @@ enum Benchmarks {
             sharedMemoryAudio: true)
     }
 
+    /// sttd with pocketsphinx, its model loaded (rows 4, 6 and 7 measure that engine).
     static func localService() async throws -> SttdFixture {
-        let sttd = try await SttdFixture(environment: ["STTD_LOG_LEVEL": "info"], sharedMemoryAudio: true)
+        let sttd = try await SttdFixture(
+            config: "[local]\nengine = \"pocketsphinx\"\n", environment: ["STTD_LOG_LEVEL": "info"],
+            sharedMemoryAudio: true)
         for _ in 0..<100 where !sttd.log.contains("offline model loaded") {
             try await Task.sleep(for: .milliseconds(50))
         }

@@ -62,8 +62,27 @@ final class JobQueue<Job: Sendable>: Sendable {
         wakeUp.signal()
     }
 
+    /// The weight queued now (for the decoder: samples it is behind by).
+    var weight: Int { state.withLock { $0.weight } }
+
+    /// What ``pop(timeout:)`` got.
+    enum Popped {
+        case job(Job)
+        case timedOut
+        case closed
+    }
+
     /// Blocks until a job arrives; nil once closed and empty.
     func pop() -> Job? {
+        guard case .job(let job) = pop(timeout: nil) else { return nil }
+        return job
+    }
+
+    /// Blocks until a job arrives, the queue is closed and empty, or `timeout` passes with nothing.
+    func pop(timeout: Duration?) -> Popped {
+        let deadline = timeout.map {
+            DispatchTime.now() + .nanoseconds(Int(min($0, .seconds(1 << 30)) / .nanoseconds(1)))
+        }
         while true {
             let next = state.withLock { state -> (job: Job?, closed: Bool) in
                 guard state.head < state.entries.count else {
@@ -81,9 +100,13 @@ final class JobQueue<Job: Sendable>: Sendable {
                 }
                 return (entry.job, false)
             }
-            if let job = next.job { return job }
-            if next.closed { return nil }
-            wakeUp.wait()
+            if let job = next.job { return .job(job) }
+            if next.closed { return .closed }
+            if let deadline {
+                if wakeUp.wait(timeout: deadline) == .timedOut { return .timedOut }
+            } else {
+                wakeUp.wait()
+            }
         }
     }
 }

@@ -174,12 +174,12 @@ public enum SttdApp {
         return SttdApplication(core: core, adapter: adapter, connection: connection, group: group)
     }
 
-    /// pocketsphinx for `local`, the streaming client for `deepgram`, as the configuration says.
+    /// The offline engine for `local` (sherpa-onnx with Moonshine when installed or chosen, else
+    /// pocketsphinx), the streaming client for `deepgram`, as the configuration says.
     public static func defaultRecognizers(
         _ configuration: Configuration, environment: [String: String], logger: Logger
     ) -> Recognizers {
-        let local = PocketSphinxRecognizer(
-            modelDirectory: configuration.local.modelDirectory, logger: logger, validator: ModelCheck.inChildProcess)
+        let local = localRecognizer(configuration.local, install: SherpaInstall.locate(), logger: logger)
         let deepgram = configuration.deepgram
         let streaming = DeepgramRecognizer(
             settings: DeepgramSettings(
@@ -190,6 +190,31 @@ public enum SttdApp {
                     maxTotal: .milliseconds(Int(deepgram.reconnectTimeoutMilliseconds)))),
             environment: environment, logger: logger)
         return Recognizers(local: local, deepgram: streaming)
+    }
+
+    /// The offline engine `[local]` asks for. Without `engine`, sherpa-onnx when its library and
+    /// model are installed, else pocketsphinx; an explicit `moonshine` that is not installed
+    /// still gets the sherpa-onnx recognizer, whose sessions then fail with how to install it.
+    public static func localRecognizer(_ local: Configuration.Local, install: SherpaInstall, logger: Logger)
+        -> any Recognizer
+    {
+        let modelDirectory =
+            local.sherpaModelDirectory.isEmpty ? install.defaultModelDirectory : local.sherpaModelDirectory
+        let engine =
+            local.engine ?? (install.engineDirectory != nil && modelDirectory != nil ? .moonshine : .pocketsphinx)
+        switch engine {
+        case .pocketsphinx:
+            return PocketSphinxRecognizer(
+                modelDirectory: local.modelDirectory, logger: logger, validator: ModelCheck.inChildProcess)
+        case .moonshine:
+            return SherpaOnnxRecognizer(
+                settings: SherpaSettings(
+                    libraryPath: install.libraryPath,
+                    sessionConfigPath: install.engineDirectory.map { "\($0)/session.conf" },
+                    model: local.sherpaModelKind, modelDirectory: modelDirectory,
+                    unloadAfter: .seconds(local.unloadAfterSeconds)),
+                logger: logger)
+        }
     }
 
     /// The history store, or nil when `history = false` or it cannot be opened (logged: dictation

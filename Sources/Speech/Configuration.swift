@@ -68,7 +68,23 @@ public struct Configuration: Sendable, Equatable {
 
     /// The `[local]` table.
     public struct Local: Sendable, Equatable {
+        /// The offline engines.
+        public enum Engine: String, Sendable, CaseIterable {
+            /// sherpa-onnx with Moonshine base-en, or the model `sherpa_model_dir` names.
+            case moonshine
+            case pocketsphinx
+        }
+
+        /// pocketsphinx's model folder.
         public var modelDirectory = "/usr/share/pocketsphinx/model/en-us"
+        /// The engine chosen; nil: sherpa-onnx when it is installed, else pocketsphinx.
+        public var engine: Engine?
+        /// The sherpa-onnx model folder; empty: the installed Moonshine base-en.
+        public var sherpaModelDirectory = ""
+        /// Which sherpa-onnx model family that folder holds.
+        public var sherpaModelKind = SherpaModel.Kind.moonshine
+        /// The sherpa-onnx model is unloaded after this many seconds without a session.
+        public var unloadAfterSeconds = 300
     }
 
     /// The `[deepgram]` table.
@@ -148,6 +164,14 @@ public struct Configuration: Sendable, Equatable {
         if let localTable = try reader.table("local") {
             var localReader = TableReader(table: localTable, prefix: "local.")
             local.modelDirectory = try localReader.string("model_dir", default: local.modelDirectory)
+            if localTable["engine"] != nil {
+                local.engine = try localReader.choice("engine", default: Local.Engine.moonshine)
+            }
+            local.sherpaModelDirectory = try localReader.string(
+                "sherpa_model_dir", default: local.sherpaModelDirectory)
+            local.sherpaModelKind = try localReader.choice("sherpa_model_kind", default: local.sherpaModelKind)
+            local.unloadAfterSeconds = try localReader.count(
+                "unload_after_s", default: local.unloadAfterSeconds, range: 0...86_400)
             try localReader.refuseUnknownKeys()
         }
         if let deepgramTable = try reader.table("deepgram") {

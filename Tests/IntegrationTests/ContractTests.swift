@@ -238,7 +238,8 @@ extension Integration {
     @Suite("Service configuration and lifecycle")
     struct LifecycleTests {
         @Test func missingModelIsRestrictedAndNamesThePackage() async throws {
-            let sttd = try await SttdFixture(config: "[local]\nmodel_dir = \"/nonexistent/model\"\n")
+            let sttd = try await SttdFixture(
+                config: "[local]\nengine = \"pocketsphinx\"\nmodel_dir = \"/nonexistent/model\"\n")
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
             }
@@ -262,7 +263,7 @@ extension Integration {
             try FileManager.default.copyItem(atPath: "\(real)/en-us.lm.bin", toPath: "\(model)/en-us.lm.bin")
             try FileManager.default.copyItem(
                 atPath: "\(real)/cmudict-en-us.dict", toPath: "\(model)/cmudict-en-us.dict")
-            let sttd = try await SttdFixture(config: "[local]\nmodel_dir = \"\(model)\"\n")
+            let sttd = try await SttdFixture(config: "[local]\nengine = \"pocketsphinx\"\nmodel_dir = \"\(model)\"\n")
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
             }

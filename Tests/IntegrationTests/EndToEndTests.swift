@@ -11,7 +11,7 @@ extension Integration {
         /// `pocketsphinx_continuous -infile` on the same file.
         @Test func transcribesEveryLibriVoxFileLikeTheReferenceTool() async throws {
             let reference = try requireTool("pocketsphinx_continuous", package: "pocketsphinx")
-            let sttd = try await SttdFixture()
+            let sttd = try await SttdFixture(config: "[local]\nengine = \"pocketsphinx\"\n")
             var ourErrors = 0.0
             var theirErrors = 0.0
             var words = 0

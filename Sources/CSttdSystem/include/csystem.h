@@ -25,4 +25,7 @@ int sttd_wait_child(pid_t pid, int timeout_ms, int *status);
 /// are unmapped when freed instead of staying in the heap.
 void sttd_limit_allocator_retention(void);
 
+/// Returns freed heap memory to the system now (malloc_trim), e.g. after unloading a model.
+void sttd_release_free_memory(void);
+
 #endif

@@ -1,0 +1,218 @@
+import DBus
+import Foundation
+import Recognition
+import TestSupport
+
+/// Rows for the sherpa-onnx engine (Moonshine base-en), sttd's default offline engine.
+extension Benchmarks {
+    struct Clip {
+        var path: String
+        var samples: [Int16]
+        var seconds: Double
+        var reference: [String]
+        /// Silence after the last word, in seconds (the end of speech is that long before the end).
+        var trailingSilence: Double
+    }
+
+    static func sherpaSettings() throws -> SherpaSettings {
+        let settings = SherpaSettings.installed()
+        guard settings.libraryPath != nil, settings.modelDirectory != nil else {
+            throw BenchError("sherpa-onnx and Moonshine are not installed next to the build: run scripts/setup")
+        }
+        return settings
+    }
+
+    /// The LibriVox clips with half a second of silence before each (the virtual microphone
+    /// misses the first ~100 ms of a stream that starts while it runs).
+    static func paddedClips(in directory: String) throws -> [Clip] {
+        try LibriVox.recordings().map { recording in
+            let samples = try wavSamples(recording.path)
+            let path = "\(directory)/\(recording.id).wav"
+            try writeWAV([Int16](repeating: 0, count: 8_000) + samples, to: path)
+            // The last 20 ms frame above -45 dBFS ends the speech.
+            var last = samples.count
+            for end in stride(from: samples.count, to: 320, by: -320) {
+                let frame = samples[(end - 320)..<end]
+                let power = frame.reduce(0.0) { $0 + Double($1) * Double($1) } / 320 / (32768.0 * 32768.0)
+                if 10 * log10(power + 1e-12) > -45 {
+                    last = end
+                    break
+                }
+            }
+            return Clip(
+                path: path, samples: samples, seconds: Double(samples.count) / 16_000, reference: recording.reference,
+                trailingSilence: Double(samples.count - last) / 16_000)
+        }
+    }
+
+    static func writeWAV(_ samples: [Int16], to path: String) throws {
+        var data = Data("RIFF".utf8)
+        func append<T: FixedWidthInteger>(_ value: T) {
+            withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) }
+        }
+        append(UInt32(36 + samples.count * 2))
+        data.append(contentsOf: Array("WAVEfmt ".utf8))
+        append(UInt32(16)); append(UInt16(1)); append(UInt16(1)); append(UInt32(16_000)); append(UInt32(32_000))
+        append(UInt16(2)); append(UInt16(16))
+        data.append(contentsOf: Array("data".utf8))
+        append(UInt32(samples.count * 2))
+        samples.withUnsafeBytes { data.append(contentsOf: $0) }
+        try data.write(to: URL(fileURLWithPath: path))
+    }
+
+    static func spokenWER(_ texts: [String], _ clips: [Clip]) -> Double {
+        var errors = 0.0
+        var count = 0
+        for (text, clip) in zip(texts, clips) {
+            let words = normalizedWords(text.replacingOccurrences(of: "-", with: " "))
+            errors += wordErrorRate(reference: clip.reference, hypothesis: words) * Double(clip.reference.count) / 100
+            count += clip.reference.count
+        }
+        return errors / Double(count) * 100
+    }
+
+    static func processCPUSeconds() -> Double {
+        var time = timespec()
+        clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &time)
+        return Double(time.tv_sec) + Double(time.tv_nsec) / 1e9
+    }
+
+    /// sttd with the sherpa-onnx engine; `top` holds top-level keys, `local` more `[local]` keys.
+    static func moonshineService(top: String = "", local: String = "") async throws -> SttdFixture {
+        try await SttdFixture(
+            config: top + "[local]\nengine = \"moonshine\"\n" + local, environment: ["STTD_LOG_LEVEL": "info"],
+            sharedMemoryAudio: true)
+    }
+
+    /// One round: each clip dictated and stopped as soon as it has played; CPU s per audio s, texts.
+    static func dictateClips(_ sttd: SttdFixture, _ clips: [Clip]) async throws -> (Double, [String]) {
+        let before = try ProcessSample(pid: sttd.sttd.pid)
+        var texts: [String] = []
+        for clip in clips {
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            try sttd.pulse.play(clip.path)
+            texts.append(try await sttd.call("StopTranscribing").first?.string ?? "")
+        }
+        let after = try ProcessSample(pid: sttd.sttd.pid)
+        return ((after.cpuSeconds - before.cpuSeconds) / clips.reduce(0) { $0 + $1.seconds }, texts)
+    }
+
+    // 9
+    static func sherpaEngineCost() async throws -> Row {
+        let settings = try sherpaSettings()
+        let directory = try makeTemporaryDirectory("sttd-bench-clips")
+        let clips = try paddedClips(in: directory)
+        let audio = clips.reduce(0) { $0 + $1.seconds }
+        let withInterims = try await moonshineService()
+        let withoutInterims = try await moonshineService(top: "interim_results = false\n")
+        // Loads the model in both (a cold start is row 11's).
+        for sttd in [withInterims, withoutInterims] { _ = try await dictateClips(sttd, [clips[1]]) }
+        let reference = try SherpaReference(settings: settings)
+        _ = reference.decode(clips[1].samples.map { Float($0) / 32768 })
+
+        // The CPU speed drifts over minutes, so the three take turns, three rounds, medians.
+        var on: [Double] = []
+        var off: [Double] = []
+        var direct: [Double] = []
+        var texts: [String] = []
+        var directTexts: [String] = []
+        for _ in 0..<3 {
+            let started = processCPUSeconds()
+            directTexts = clips.map { reference.decode($0.samples.map { Float($0) / 32768 }) }
+            direct.append((processCPUSeconds() - started) / audio)
+            let (cpuOn, heard) = try await dictateClips(withInterims, clips)
+            on.append(cpuOn)
+            texts = heard
+            off.append(try await dictateClips(withoutInterims, clips).0)
+        }
+        let median = { (values: [Double]) in values.sorted()[values.count / 2] }
+        let (cpuOn, cpuOff, cpuDirect) = (median(on), median(off), median(direct))
+        let wer = spokenWER(texts, clips)
+        let directWER = spokenWER(directTexts, clips)
+        return Row(
+            number: 9, name: "sherpa-onnx + Moonshine base-en cost (5 LibriVox files, \(format(audio, 1)) s, 3 rounds)",
+            result:
+                "interims off \(format(cpuOff, 3)) CPU-s per audio s (\(format(cpuOff / cpuDirect, 2))× direct), interims on \(format(cpuOn, 3)) (\(format(cpuOn / cpuDirect, 2))×); WER via sttd \(format(wer, 2)) % (pocketsphinx: row 4)",
+            aim: "≤ 1.1× direct with interims off, ≤ 2× with them on; WER ≤ 5 %",
+            anchor:
+                "the engine decoding each whole file directly (1 thread, model loaded once): \(format(cpuDirect, 3)) CPU-s per audio s, WER \(format(directWER, 2)) %",
+            values: [
+                "cpu_per_audio_second_interims_off": cpuOff, "cpu_per_audio_second_interims_on": cpuOn,
+                "direct_cpu_per_audio_second": cpuDirect, "wer": wer, "direct_wer": directWER,
+            ])
+    }
+
+    // 10
+    static func endOfSpeechLatency() async throws -> Row {
+        let directory = try makeTemporaryDirectory("sttd-bench-clips")
+        let clips = try paddedClips(in: directory)
+        func measure(_ sttd: SttdFixture) async throws -> [Double] {
+            _ = try await dictateClips(sttd, [clips[1]])
+            var latencies: [Double] = []
+            for _ in 0..<3 {
+                for clip in clips {
+                    let recorder = try await sttd.record()
+                    try await sttd.call("StartTranscribing", [.vardict([])])
+                    try sttd.pulse.play(clip.path)
+                    let played = ContinuousClock.now
+                    // Polled every 2 ms: the final's arrival, measured from the end of the last word.
+                    var arrived: ContinuousClock.Instant?
+                    while ContinuousClock.now - played < .seconds(10) {
+                        if recorder.signals(named: "TranscriptChanged").contains(where: {
+                            $0.arguments.last == .boolean(true)
+                        }) {
+                            arrived = ContinuousClock.now
+                            break
+                        }
+                        try await Task.sleep(for: .milliseconds(2))
+                    }
+                    _ = try await sttd.call("StopTranscribing")
+                    guard let arrived else { throw BenchError("no final within 10 s of the end of \(clip.path)") }
+                    latencies.append(milliseconds(arrived - played) + clip.trailingSilence * 1000)
+                }
+            }
+            return latencies
+        }
+        let on = try await measure(try await moonshineService())
+        let off = try await measure(try await moonshineService(top: "interim_results = false\n"))
+        return Row(
+            number: 10, name: "end of speech → final at a subscriber (5 LibriVox files × 3, Moonshine)",
+            result:
+                "interims on: p50 \(format(percentile(on, 50), 0)) ms, p99 \(format(percentile(on, 99), 0)) ms; interims off: p50 \(format(percentile(off, 50), 0)) ms, p99 \(format(percentile(off, 99), 0)) ms",
+            aim: "p50 ≤ 800 ms",
+            values: [
+                "p50_ms": percentile(on, 50), "p99_ms": percentile(on, 99), "interims_off_p50_ms": percentile(off, 50),
+                "interims_off_p99_ms": percentile(off, 99),
+            ])
+    }
+
+    // 11
+    static func sherpaMemory() async throws -> Row {
+        let directory = try makeTemporaryDirectory("sttd-bench-clips")
+        let clips = try paddedClips(in: directory)
+        let sttd = try await moonshineService(local: "unload_after_s = 3\n")
+        let idle = try ProcessSample(pid: sttd.sttd.pid)
+        _ = try await dictateClips(sttd, clips)
+        let listening = try ProcessSample(pid: sttd.sttd.pid)
+        for _ in 0..<400 where !sttd.log.contains("offline model unloaded") {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        try await Task.sleep(for: .milliseconds(500))
+        let unloaded = try ProcessSample(pid: sttd.sttd.pid)
+        // "seconds=0.43 seconds" in the "offline model loaded" line.
+        let loadLine = sttd.log.split(separator: "\n").first { $0.contains("offline model loaded") } ?? ""
+        let load =
+            loadLine.split(separator: " ").first { $0.hasPrefix("seconds=") }
+            .flatMap { Double($0.dropFirst("seconds=".count)) } ?? -1
+        let mb = { (kb: Int) in Double(kb) / 1024 }
+        return Row(
+            number: 11, name: "sherpa-onnx memory: idle, listening, after unload (unload_after_s = 3)",
+            result:
+                "idle \(format(mb(idle.rssKB), 1)) MB, peak while listening \(format(mb(listening.peakRSSKB), 1)) MB, after unload \(format(mb(unloaded.rssKB), 1)) MB (own \(format(mb(unloaded.ownKB), 1)) MB, the rest library pages; idle own \(format(mb(idle.ownKB), 1)) MB); cold start: model load \(format(load * 1000, 0)) ms",
+            aim: "peak ≤ 450 MB, ≤ 40 MB after unload",
+            values: [
+                "idle_rss_mb": mb(idle.rssKB), "peak_rss_mb": mb(listening.peakRSSKB),
+                "unloaded_rss_mb": mb(unloaded.rssKB), "unloaded_own_mb": mb(unloaded.ownKB), "load_ms": load * 1000,
+            ])
+    }
+}

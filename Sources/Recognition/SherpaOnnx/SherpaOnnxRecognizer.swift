@@ -1,0 +1,242 @@
+import CSttdSystem
+import Capture
+import Foundation
+import Logging
+import Synchronization
+
+/// How the sherpa-onnx engine is set up: library, model, memory and timing.
+public struct SherpaSettings: Sendable, Equatable {
+    /// `libsherpa-onnx-c-api.so`, or nil when it is not installed.
+    public var libraryPath: String?
+    /// onnxruntime session options (`key=value` lines, read by sherpa-onnx), if any.
+    public var sessionConfigPath: String?
+    public var model: SherpaModel.Kind
+    /// The model folder, or nil when the default model is not installed.
+    public var modelDirectory: String?
+    /// The model is unloaded after this long without a session.
+    public var unloadAfter: Duration
+    /// How far the decoder may fall behind (audio queued while it loads or decodes) before a
+    /// session fails.
+    public var maxQueuedAudio: Duration = .seconds(30)
+    /// onnxruntime threads per decode. One: a second thread halves no latency worth its CPU on 2
+    /// cores (measured: 0.28 → 0.56 CPU s per audio s).
+    public var threads: Int32 = 1
+
+    public init(
+        libraryPath: String?, sessionConfigPath: String?, model: SherpaModel.Kind, modelDirectory: String?,
+        unloadAfter: Duration
+    ) {
+        self.libraryPath = libraryPath
+        self.sessionConfigPath = sessionConfigPath
+        self.model = model
+        self.modelDirectory = modelDirectory
+        self.unloadAfter = unloadAfter
+    }
+
+    /// The engine and default model as installed next to this executable.
+    public static func installed(unloadAfter: Duration = .seconds(300)) -> SherpaSettings {
+        let install = SherpaInstall.locate()
+        return SherpaSettings(
+            libraryPath: install.libraryPath, sessionConfigPath: install.engineDirectory.map { "\($0)/session.conf" },
+            model: .moonshine, modelDirectory: install.defaultModelDirectory, unloadAfter: unloadAfter)
+    }
+}
+
+/// The offline engine on sherpa-onnx (Moonshine base-en by default): utterances cut by an
+/// energy VAD are decoded whole on a thread of its own.
+///
+/// - Finals: each utterance is decoded when it ends. The decode starts 240 ms into the silence
+///   after speech (during the 600 ms hangover), so an utterance that really ended has its final
+///   ready when the hangover runs out; speech that resumes throws that decode away. Utterances
+///   longer than 20 s are split at their quietest 100 ms.
+/// - Interims (when asked for): the utterance so far is re-decoded after at least 1 s of new
+///   audio *and* at least four times as much new audio as the last decode took, so interim
+///   decoding uses at most a quarter of real time however long the utterance grows; none is decoded while the
+///   queue holds more than 0.5 s of audio (the decoder is behind). Finals are never skipped.
+/// - Memory: the model loads when a session starts (audio queues meanwhile, so no first words
+///   are lost), stays while sessions come and go, and is unloaded `unloadAfter` after the last.
+/// - Backlog: as pocketsphinx's, at most `maxQueuedAudio` of audio may wait; past it the
+///   session fails with a clear error and its finals so far stand.
+public final class SherpaOnnxRecognizer: Recognizer {
+    let settings: SherpaSettings
+    private let worker: SherpaThread
+    private let logger: Logger
+
+    public init(settings: SherpaSettings, logger: Logger) {
+        self.settings = settings
+        self.logger = logger
+        worker = SherpaThread(settings: settings, logger: logger)
+    }
+
+    /// Whether the model is in memory now.
+    public var isModelLoaded: Bool { worker.shared.loaded.load(ordering: .relaxed) }
+    /// How many times the model was loaded so far.
+    public var loadCount: Int { worker.shared.loads.load(ordering: .relaxed) }
+
+    /// Everything short of loading the model: the library opens, the model's files are there, and
+    /// the same files did not fail to load before.
+    func preflight() throws(RecognitionError) -> (SherpaLibrary, SherpaModel) {
+        guard let libraryPath = settings.libraryPath else {
+            throw RecognitionError(
+                .backendUnavailable, "The sherpa-onnx engine is not installed. \(SherpaInstall.installHint)")
+        }
+        let library = try SherpaLibrary.open(libraryPath)
+        guard let directory = settings.modelDirectory else {
+            throw RecognitionError(
+                .backendUnavailable, "The Moonshine model is not installed. \(SherpaInstall.installHint)")
+        }
+        let model = try SherpaModel(kind: settings.model, directory: directory)
+        if let failure = worker.shared.knownFailure(model) { throw failure }
+        return (library, model)
+    }
+
+    public func authorize() async -> (RecognizerAuthorization, RecognitionError?) {
+        do {
+            _ = try preflight()
+            return (.authorized, nil)
+        } catch {
+            return (.restricted, error)
+        }
+    }
+
+    public func startSession(
+        _ options: SessionOptions, events: any RecognitionEventSink
+    ) async throws(RecognitionError) -> any RecognitionSession {
+        let (library, model) = try preflight()
+        // Returns at once: the model loads on the decoder thread while the session's audio queues.
+        return worker.begin(library: library, model: model, interimResults: options.interimResults, events: events)
+    }
+
+    /// Decodes `samples` (16 kHz, -1…1) in one piece with a model of its own, as sherpa-onnx's
+    /// examples do: the reference that tests and benchmarks hold sessions against.
+    public static func transcribe(_ samples: [Float], settings: SherpaSettings) throws(RecognitionError) -> String {
+        try SherpaReference(settings: settings).decode(samples)
+    }
+}
+
+/// The engine decoding whole recordings directly, with no segmentation: a model loaded once.
+/// Not thread-safe; for tests and benchmarks.
+public final class SherpaReference {
+    private let engine: SherpaEngine
+
+    public init(settings: SherpaSettings) throws(RecognitionError) {
+        let (library, model) = try SherpaOnnxRecognizer(settings: settings, logger: Logger(label: "sttd.reference"))
+            .preflight()
+        engine = try SherpaEngine(library: library, model: model, settings: settings)
+    }
+
+    /// The text of `samples` (16 kHz, -1…1).
+    public func decode(_ samples: [Float]) -> String { engine.decode(samples) }
+}
+
+/// A loaded model. Not thread-safe: used on one thread at a time.
+final class SherpaEngine {
+    let library: SherpaLibrary
+    let model: SherpaModel
+    private let recognizer: OpaquePointer
+
+    init(library: SherpaLibrary, model: SherpaModel, settings: SherpaSettings) throws(RecognitionError) {
+        let provider = settings.sessionConfigPath.map { "cpu:\($0)" } ?? "cpu"
+        // sherpa-onnx 2.0.1 catches onnxruntime's exceptions here and returns NULL (a corrupt
+        // model file, a wrong kind), printing the reason on stderr.
+        guard
+            let recognizer = model.withConfig(
+                threads: settings.threads, provider: provider, { library.createRecognizer($0) })
+        else {
+            throw RecognitionError(
+                .backendUnavailable,
+                "The sherpa-onnx model in \(model.directory) cannot be loaded (a damaged file, or not a \(model.kind.rawValue) model; sttd's log has sherpa-onnx's reason). Reinstall it with `scripts/setup` (and `make install`), or check [local] sherpa_model_dir and sherpa_model_kind."
+            )
+        }
+        self.library = library
+        self.model = model
+        self.recognizer = recognizer
+    }
+
+    deinit { library.destroyRecognizer(recognizer) }
+
+    /// The text of `samples`, with the model's punctuation and capitals.
+    func decode(_ samples: [Float]) -> String {
+        // Under 0.1 s there are no words, and some models refuse so few feature frames.
+        guard samples.count >= 1_600, let stream = library.createStream(recognizer) else { return "" }
+        defer { library.destroyStream(stream) }
+        samples.withUnsafeBufferPointer { buffer in
+            library.acceptWaveform(stream, Int32(AudioFormat.sampleRate), buffer.baseAddress, Int32(buffer.count))
+        }
+        library.decode(recognizer, stream)
+        guard let result = library.getResult(stream) else { return "" }
+        defer { library.destroyResult(result) }
+        guard let text = result.pointee.text else { return "" }
+        return String(cString: text).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}
+
+/// What the decoder thread shares with the recognizer: whether the model is loaded, and which
+/// model files failed to load.
+final class SherpaShared: Sendable {
+    let loaded = Atomic<Bool>(false)
+    let loads = Atomic<Int>(0)
+    /// Model files that failed to load, by their identity (paths, sizes, mtimes), with the error.
+    private let failures = Mutex<[String: RecognitionError]>([:])
+
+    func knownFailure(_ model: SherpaModel) -> RecognitionError? {
+        failures.withLock { $0[Self.identity(model)] }
+    }
+
+    func recordFailure(_ model: SherpaModel, _ error: RecognitionError) {
+        failures.withLock { $0[Self.identity(model)] = error }
+    }
+
+    /// Paths, sizes and modification times: a reinstalled model is tried again.
+    static func identity(_ model: SherpaModel) -> String {
+        model.allFiles.map { path in
+            let attributes = try? FileManager.default.attributesOfItem(atPath: path)
+            let size = (attributes?[.size] as? NSNumber)?.int64Value ?? -1
+            let modified = (attributes?[.modificationDate] as? Date)?.timeIntervalSince1970 ?? 0
+            return "\(path):\(size):\(modified)"
+        }.joined(separator: "|")
+    }
+}
+
+/// The thread that owns the loaded model and the queue of session work.
+final class SherpaThread: Sendable {
+    enum Job: Sendable {
+        case begin(SherpaSession)
+        case audio(SherpaSession, AudioChunk)
+        case finish(SherpaSession)
+        /// Ends the session without a last final: `cancel()` (error nil) or a backlog overflow.
+        case stop(SherpaSession, RecognitionError?)
+
+        var session: SherpaSession {
+            switch self {
+            case .begin(let session), .audio(let session, _), .finish(let session), .stop(let session, _): session
+            }
+        }
+    }
+
+    let queue: JobQueue<Job>
+    let shared = SherpaShared()
+    let logger: Logger
+
+    init(settings: SherpaSettings, logger: Logger) {
+        self.logger = logger
+        let queue = JobQueue<Job>(capacity: max(1, AudioFormat.samples(in: settings.maxQueuedAudio)))
+        self.queue = queue
+        // The worker holds the queue, not this object, so dropping the recognizer ends the thread.
+        let worker = SherpaWorker(queue: queue, settings: settings, shared: shared, logger: logger)
+        let thread = Thread { worker.run() }
+        thread.name = "sherpa-onnx"
+        thread.start()
+    }
+
+    deinit { queue.close() }
+
+    func begin(
+        library: SherpaLibrary, model: SherpaModel, interimResults: Bool, events: any RecognitionEventSink
+    ) -> SherpaSession {
+        let session = SherpaSession(
+            thread: self, library: library, model: model, interimResults: interimResults, events: events)
+        queue.push(.begin(session))
+        return session
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+
+/// Cuts a stream of audio into utterances by frame energy, for engines that decode whole
+/// utterances (Moonshine, Whisper).
+///
+/// Energy, not a neural VAD: sherpa-onnx 2.0.1's Silero VAD refuses faster-whisper's
+/// `silero_vad_v6.onnx` ("Unsupported silero vad model", and it exits the process), and no other
+/// VAD model ships in a package here. A frame (20 ms) is voiced when its level is 12 dB above the
+/// noise floor (the quietest frame of the last 3 s), clamped to -50…-35 dBFS so that digital
+/// silence and a noisy room both work. Speech starts after 3 voiced frames in a row and keeps
+/// 500 ms of audio from before (soft onsets are detected late: 300 ms lost "ill" of "ill-disposed"
+/// on a LibriVox clip); it ends after `hangover` without a voiced frame. At `pause` into
+/// that silence the engine may decode speculatively: the utterance a final gets is cut at the
+/// same point, so a speculative decode that nothing interrupted *is* the final.
+struct UtteranceSegmenter {
+    /// An utterance: its samples (-1…1) and where it lies in the session, in samples.
+    struct Utterance: Equatable {
+        var samples: [Float]
+        var start: Int
+        var end: Int { start + samples.count }
+    }
+
+    enum Event: Equatable {
+        /// Speech began (`speechActivity(true)`).
+        case started
+        /// `pause` of silence after speech: the utterance so far may be decoded ahead of its end.
+        case paused
+        /// Speech came back before the hangover ran out.
+        case resumed
+        /// The utterance is too long: this first part of it is final; speech goes on.
+        case split(Utterance)
+        /// Speech ended; nil when it was too short to be words (a click, a cough).
+        case ended(Utterance?)
+    }
+
+    static let frame = 320  // 20 ms at 16 kHz
+    let pauseFrames: Int
+    let hangoverFrames: Int
+    let maxFrames: Int
+    let startFrames = 3
+    let prerollFrames = 25
+    let minVoicedFrames = 8
+    let floorFrames = 150
+
+    private(set) var inSpeech = false
+    private(set) var isPaused = false
+    /// The current utterance (in speech) or the pre-roll (not in speech).
+    private(set) var samples: [Float] = []
+    /// Session sample index of `samples[0]`.
+    private(set) var start = 0
+    private var energies: [Float] = []  // per frame of `samples` while in speech
+    private var pending: [Float] = []
+    private var processed = 0
+    private var voicedRun = 0
+    private var silenceRun = 0
+    private var voicedFrames = 0
+    private var recent: [Float] = []  // frame levels for the noise floor, a ring
+    private var recentNext = 0
+
+    init(
+        pause: Duration = .milliseconds(240), hangover: Duration = .milliseconds(600),
+        maxUtterance: Duration = .seconds(20)
+    ) {
+        func frames(_ duration: Duration) -> Int {
+            Int(duration / .milliseconds(20))
+        }
+        pauseFrames = max(1, frames(pause))
+        hangoverFrames = max(pauseFrames + 1, frames(hangover))
+        maxFrames = max(50, frames(maxUtterance))
+    }
+
+    /// The utterance so far (for an interim or a speculative decode), cut after the last voiced
+    /// frame plus `pause`, as a final would be.
+    var current: Utterance {
+        let keep = samples.count - max(0, silenceRun - pauseFrames) * Self.frame
+        return Utterance(samples: Array(samples[..<max(0, keep)]), start: start)
+    }
+
+    /// Samples in the current utterance.
+    var length: Int { inSpeech ? samples.count : 0 }
+
+    mutating func append(_ chunk: [Int16]) -> [Event] {
+        var events: [Event] = []
+        pending.reserveCapacity(pending.count + chunk.count)
+        for sample in chunk { pending.append(Float(sample) / 32768) }
+        var offset = 0
+        while pending.count - offset >= Self.frame {
+            let frame = pending[offset..<offset + Self.frame]
+            offset += Self.frame
+            step(frame, into: &events)
+        }
+        pending.removeFirst(offset)
+        return events
+    }
+
+    /// No more audio: the pending utterance, cut as a final would be, if it holds speech.
+    mutating func flush() -> Utterance? {
+        defer {
+            reset()
+            pending = []
+        }
+        guard inSpeech, voicedFrames >= minVoicedFrames else { return nil }
+        var utterance = current
+        // Stop in the middle of a word: the unframed tail belongs to it.
+        if silenceRun == 0 { utterance.samples += pending }
+        return utterance
+    }
+
+    private mutating func reset() {
+        inSpeech = false
+        isPaused = false
+        samples = []
+        energies = []
+        voicedRun = 0
+        silenceRun = 0
+        voicedFrames = 0
+    }
+
+    private mutating func step(_ frame: ArraySlice<Float>, into events: inout [Event]) {
+        var sum: Float = 0
+        for value in frame { sum += value * value }
+        let level = 10 * log10(sum / Float(frame.count) + 1e-10)
+        let voiced = level > threshold()
+        remember(level)
+        let frameStart = processed
+        processed += frame.count
+        if !inSpeech {
+            if samples.isEmpty { start = frameStart }
+            samples += frame
+            let excess = samples.count - prerollFrames * Self.frame
+            if excess > 0 {
+                samples.removeFirst(excess)
+                start += excess
+            }
+            voicedRun = voiced ? voicedRun + 1 : 0
+            guard voicedRun >= startFrames else { return }
+            inSpeech = true
+            energies =
+                Array(repeating: -100, count: samples.count / Self.frame - startFrames)
+                + Array(repeating: level, count: startFrames)
+            voicedFrames = startFrames
+            silenceRun = 0
+            events.append(.started)
+            return
+        }
+        samples += frame
+        energies.append(level)
+        if voiced {
+            voicedFrames += 1
+            silenceRun = 0
+            if isPaused {
+                isPaused = false
+                events.append(.resumed)
+            }
+        } else {
+            silenceRun += 1
+            if silenceRun == pauseFrames {
+                isPaused = true
+                events.append(.paused)
+            }
+            if silenceRun >= hangoverFrames {
+                let utterance = voicedFrames >= minVoicedFrames ? current : nil
+                reset()
+                events.append(.ended(utterance))
+                return
+            }
+        }
+        if energies.count >= maxFrames { events.append(.split(split())) }
+    }
+
+    /// Splits the utterance at its quietest 100 ms in the second half; returns the first part.
+    private mutating func split() -> Utterance {
+        let window = 5
+        var best = energies.count / 2
+        var bestLevel = Float.infinity
+        for index in (energies.count / 2)..<(energies.count - window) {
+            let level = energies[index..<index + window].reduce(0, +)
+            if level < bestLevel {
+                bestLevel = level
+                best = index + window / 2
+            }
+        }
+        let cut = best * Self.frame
+        let head = Utterance(samples: Array(samples[..<cut]), start: start)
+        samples.removeFirst(cut)
+        energies.removeFirst(best)
+        start += cut
+        return head
+    }
+
+    private func threshold() -> Float {
+        let floor = recent.min() ?? -100
+        return min(max(floor + 12, -50), -35)
+    }
+
+    private mutating func remember(_ level: Float) {
+        if recent.count < floorFrames {
+            recent.append(level)
+        } else {
+            recent[recentNext] = level
+            recentNext = (recentNext + 1) % floorFrames
+        }
+    }
+}

@@ -1,0 +1,236 @@
+import Capture
+import Foundation
+import Logging
+import Recognition
+import Synchronization
+import TestSupport
+import Testing
+
+/// The sherpa-onnx engine as scripts/setup installs it next to the build; a missing install fails.
+func installedSherpa(unloadAfter: Duration = .seconds(300)) throws -> SherpaSettings {
+    let settings = SherpaSettings.installed(unloadAfter: unloadAfter)
+    guard settings.libraryPath != nil, settings.modelDirectory != nil else {
+        throw MissingPrerequisite(
+            description: "the sherpa-onnx engine and Moonshine model are not in .build: run scripts/setup")
+    }
+    return settings
+}
+
+func floats(_ samples: [Int16]) -> [Float] { samples.map { Float($0) / 32768 } }
+
+/// Words of an engine's punctuated text: "ill-disposed" is the references' "ill disposed".
+func spokenWords(_ text: String) -> [String] { normalizedWords(text.replacingOccurrences(of: "-", with: " ")) }
+
+func silence(_ seconds: Double) -> [Int16] {
+    [Int16](repeating: 0, count: Int(seconds * Double(AudioFormat.sampleRate)))
+}
+
+/// Feeds `samples` to a new session and finishes it; its events.
+func dictate(
+    _ samples: [Int16], with recognizer: SherpaOnnxRecognizer, interim: Bool = true
+) async throws -> EventRecorder {
+    let recorder = EventRecorder()
+    let session = try await recognizer.startSession(SessionOptions(interimResults: interim), events: recorder)
+    async let failure = runToEnd(session)
+    send(samples, to: session)
+    session.finish()
+    if let failure = await failure { throw failure }
+    return recorder
+}
+
+@Suite("Offline engine (sherpa-onnx + Moonshine)", .serialized, .timeLimit(.minutes(5)))
+struct SherpaOnnxTests {
+    let logger = Logger(label: "test")
+
+    @Test func sessionsMatchTheEngineOnWholeFilesWithPunctuationAndCapitals() async throws {
+        let settings = try installedSherpa()
+        // A cold recognizer: the first session's audio queues while the model loads.
+        let recognizer = SherpaOnnxRecognizer(settings: settings, logger: logger)
+        #expect(!recognizer.isModelLoaded)
+        var ours = 0.0
+        var direct = 0.0
+        var words = 0
+        for recording in try LibriVox.recordings() {
+            let samples = try wavSamples(recording.path)
+            let recorder = try await dictate(samples + silence(1), with: recognizer)
+            let finals = recorder.results.filter(\.isFinal).map(\.text)
+            let text = finals.joined(separator: " ")
+            let reference = try SherpaOnnxRecognizer.transcribe(floats(samples), settings: settings)
+            ours +=
+                wordErrorRate(reference: recording.reference, hypothesis: spokenWords(text))
+                * Double(recording.reference.count) / 100
+            direct +=
+                wordErrorRate(reference: recording.reference, hypothesis: spokenWords(reference))
+                * Double(recording.reference.count) / 100
+            words += recording.reference.count
+            #expect(text.first?.isUppercase == true, "capitals: \(text)")
+            #expect(text.contains { $0 == "," || $0 == "." }, "punctuation: \(text)")
+            #expect(recorder.events.first == .speechActivity(true))
+            #expect(recorder.events.last == .speechActivity(false))
+            print("\(recording.id): sttd \"\(text)\" | direct \"\(reference)\"")
+        }
+        let ourWER = ours / Double(words) * 100
+        let directWER = direct / Double(words) * 100
+        print("WER over \(words) words: sessions \(ourWER)%, direct decode \(directWER)%")
+        #expect(ourWER <= 5)
+        #expect(ourWER <= directWER + 0.001, "segmented sessions are no worse than decoding whole files")
+        #expect(recognizer.loadCount == 1, "one load serves every session")
+    }
+
+    /// The five recordings as one: speech goes on, and each sentence's final comes before Stop.
+    @Test func finalsArriveWhileSpeakingGoesOnAndAreNeverRevised() async throws {
+        let recognizer = SherpaOnnxRecognizer(settings: try installedSherpa(), logger: logger)
+        var samples: [Int16] = []
+        for recording in try LibriVox.recordings() { samples += try wavSamples(recording.path) + silence(1) }
+        let recorder = EventRecorder()
+        let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+        async let failure = runToEnd(session)
+        // At the pace of speech, as a microphone delivers it (a decoder that is behind skips interims).
+        for start in stride(from: 0, to: samples.count, by: 1_600) {
+            session.send(AudioChunk(samples: Array(samples[start..<min(start + 1_600, samples.count)])))
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let sawFinals = await waitFor(timeout: .seconds(120)) { recorder.results.filter(\.isFinal).count >= 5 }
+        let finalsBeforeStop = recorder.results.filter(\.isFinal)
+        session.finish()
+        if let failure = await failure { throw failure }
+        #expect(sawFinals, "five finals before Stop, got \(finalsBeforeStop.map(\.text))")
+        let finals = recorder.results.filter(\.isFinal)
+        #expect(finals == finalsBeforeStop, "finish() adds or changes no final after the speech ended")
+        // Finals cover disjoint stretches of audio, in order: none is revised or repeated.
+        for (earlier, later) in zip(finals, finals.dropFirst()) {
+            #expect((earlier.audioEnd ?? 0) <= (later.audioStart ?? 0))
+        }
+        // Interims: within an utterance, at least a second of new audio apart (the stated policy).
+        let results = recorder.results
+        var previousInterim: RecognitionResult?
+        var interims = 0
+        for result in results {
+            if result.isFinal {
+                previousInterim = nil
+                continue
+            }
+            interims += 1
+            if let previous = previousInterim, previous.audioStart == result.audioStart {
+                #expect((result.audioEnd ?? 0) - (previous.audioEnd ?? 0) >= 0.99)
+            }
+            previousInterim = result
+        }
+        // Five sentences of 3 to 7 s: at least one interim in each (the first comes after 1 s).
+        #expect(interims >= 5, "interims: \(interims)")
+        var transcript = Transcript()
+        for result in results { _ = transcript.apply(result) }
+        #expect(transcript.finalText == finals.map(\.text).joined(separator: " "))
+    }
+
+    @Test func stopInTheMiddleOfAWordKeepsTheWordsBefore() async throws {
+        let settings = try installedSherpa()
+        let recognizer = SherpaOnnxRecognizer(settings: settings, logger: logger)
+        // 2.3 s into "And Mr. John Dashwood had then leisure to consider…": inside a word.
+        let samples = Array(try wavSamples(try LibriVox.recordings()[0].path).prefix(Int(2.3 * 16_000)))
+        let recorder = try await dictate(samples, with: recognizer, interim: false)
+        let finals = recorder.results.filter(\.isFinal)
+        #expect(finals.count == 1)
+        let words = spokenWords(finals.map(\.text).joined(separator: " "))
+        #expect(Array(words.prefix(4)) == ["and", "mr", "john", "dashwood"], "\(words)")
+        #expect(recorder.events.last == .speechActivity(false))
+    }
+
+    @Test func cancelDropsOnlyTheInterim() async throws {
+        let recognizer = SherpaOnnxRecognizer(settings: try installedSherpa(), logger: logger)
+        let recordings = try LibriVox.recordings()
+        let first = try wavSamples(recordings[1].path) + silence(1)
+        let second = try wavSamples(recordings[0].path)
+        let recorder = EventRecorder()
+        let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+        async let failure = runToEnd(session)
+        send(first + second, to: session)
+        // The first sentence's final, then an interim of the second, still being spoken.
+        let interimAfterFinal = await waitFor(timeout: .seconds(120)) {
+            let results = recorder.results
+            guard let final = results.firstIndex(where: \.isFinal) else { return false }
+            return results[(final + 1)...].contains { !$0.isFinal }
+        }
+        #expect(interimAfterFinal)
+        session.cancel()
+        #expect(await failure == nil)
+        let finals = recorder.results.filter(\.isFinal)
+        #expect(finals.count == 1, "the second sentence, cancelled while spoken, gets no final")
+        #expect(spokenWords(finals.first?.text ?? "") == ["he", "was", "not", "an", "ill", "disposed", "young", "man"])
+        var transcript = Transcript()
+        for result in recorder.results { _ = transcript.apply(result) }
+        transcript.dropInterim()
+        #expect(transcript.finalText == finals.first?.text)
+    }
+
+    @Test func missingLibraryOrModelNamesTheInstallCommand() async throws {
+        let settings = try installedSherpa()
+        var noLibrary = settings
+        noLibrary.libraryPath = nil
+        var wrongLibrary = settings
+        wrongLibrary.libraryPath = "/nonexistent/libsherpa-onnx-c-api.so"
+        var noModel = settings
+        noModel.modelDirectory = "/nonexistent/model"
+        for broken in [noLibrary, wrongLibrary, noModel] {
+            let recognizer = SherpaOnnxRecognizer(settings: broken, logger: logger)
+            await #expect {
+                _ = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+            } throws: { error in
+                let error = error as? RecognitionError
+                return error?.kind == .backendUnavailable && error?.message.contains("scripts/setup") == true
+            }
+            let (status, error) = await recognizer.authorize()
+            #expect(status == .restricted)
+            #expect(error?.message.contains("scripts/setup") == true)
+        }
+    }
+
+    @Test func corruptModelIsAClearErrorNotACrash() async throws {
+        let settings = try installedSherpa()
+        let installed = try #require(settings.modelDirectory)
+        let directory = try makeTemporaryDirectory("sherpa-corrupt")
+        let files = FileManager.default
+        try files.createSymbolicLink(
+            atPath: "\(directory)/decoder_model_merged.ort",
+            withDestinationPath: "\(installed)/decoder_model_merged.ort")
+        try files.createSymbolicLink(atPath: "\(directory)/tokens.txt", withDestinationPath: "\(installed)/tokens.txt")
+        // The first megabyte of the real encoder: a truncated download.
+        let encoder = try Data(contentsOf: URL(fileURLWithPath: "\(installed)/encoder_model.ort"))
+        try encoder.prefix(1_000_000).write(to: URL(fileURLWithPath: "\(directory)/encoder_model.ort"))
+        var corrupt = settings
+        corrupt.modelDirectory = directory
+        let recognizer = SherpaOnnxRecognizer(settings: corrupt, logger: logger)
+        // Preflight passes (the files are there); the load fails and ends the session with it.
+        let session = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+        send(try wavSamples(try LibriVox.recordings()[1].path), to: session)
+        session.finish()
+        let failure = await runToEnd(session)
+        #expect(failure?.kind == .backendUnavailable)
+        #expect(failure?.message.contains("cannot be loaded") == true, "\(failure?.message ?? "")")
+        // The next start fails at once with the same error, until the files change.
+        let expected = try #require(failure)
+        await #expect(throws: expected) {
+            _ = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+        }
+        #expect(!recognizer.isModelLoaded)
+    }
+
+    @Test func unloadsAfterIdleAndReloadsOnTheNextSession() async throws {
+        let recognizer = SherpaOnnxRecognizer(settings: try installedSherpa(unloadAfter: .seconds(1)), logger: logger)
+        let samples = try wavSamples(try LibriVox.recordings()[4].path) + silence(1)
+        let first = try await dictate(samples, with: recognizer)
+        #expect(first.results.contains { $0.isFinal })
+        #expect(await waitFor(timeout: .seconds(30)) { !recognizer.isModelLoaded }, "unloaded after idle")
+        let second = try await dictate(samples, with: recognizer)
+        #expect(recognizer.loadCount == 2)
+        #expect(second.results.filter(\.isFinal).map(\.text) == first.results.filter(\.isFinal).map(\.text))
+    }
+
+    @Test func silenceAndClicksAreNotSpeech() async throws {
+        let recognizer = SherpaOnnxRecognizer(settings: try installedSherpa(), logger: logger)
+        var click = silence(1)
+        for index in 8_000..<8_100 { click[index] = index % 2 == 0 ? 12_000 : -12_000 }
+        let recorder = try await dictate(silence(2) + click + silence(1), with: recognizer)
+        #expect(recorder.results.isEmpty)
+    }
+}
