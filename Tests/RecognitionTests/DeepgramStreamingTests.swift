@@ -411,10 +411,11 @@ struct DeepgramStreamingTests {
         script.refusals = Array(repeating: 503, count: 1_000)
         let server = try await DeepgramTestServer(script: script)
         var error: RecognitionError?
-        // The default backoff would go on for up to 30 s; the connect timeout bounds the first connect.
+        // The backoff would go on for up to 30 s; the connect timeout bounds the first connect.
+        // Short delays: several attempts fit in the timeout even on a loaded machine.
         let took = await elapsed {
             error = await #expect(throws: RecognitionError.self) {
-                _ = try await recognizer(server, backoff: Backoff(), connectTimeout: .seconds(2))
+                _ = try await recognizer(server, backoff: Backoff(base: .milliseconds(20)), connectTimeout: .seconds(2))
                     .startSession(SessionOptions(), events: EventCollector())
             }
         }
