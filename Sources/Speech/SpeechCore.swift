@@ -367,6 +367,7 @@ public actor SpeechCore {
         }
         transcript.reset()
         publish(.transcript("", update: nil))
+        publish(.client(options.client ?? SessionClient(name: "host")))
         let backend = options.backend ?? settings.backend
         let source = options.source ?? settings.source
         let sessionOptions = SessionOptions(
