@@ -66,6 +66,18 @@ struct ConsentTests {
         #expect(started.status == 0, "\(started)")
         #expect(try await fixture.property("ActiveClient") == .string("org.example.Notes"))
         #expect(try await fixture.property("State") == .string("listening"))
+        // The sound server names the app the microphone is open for.
+        let pactl = try requireTool("pactl", package: "pulseaudio-utils")
+        let outputs = try run(pactl, ["list", "source-outputs"], environment: fixture.environment)
+        #expect(outputs.stdout.contains("media.name = \"Dictation for org.example.Notes\""), "\(outputs.stdout)")
+        #expect(outputs.stdout.contains("application.name = \"sttd\""))
+        // The app's session reports to the app alone: a host client does not see its TranscriptChanged.
+        let recorder = try await fixture.record()
+        let reset = try await notes.callSttd("ResetTranscript")
+        #expect(reset.status == 0, "\(reset)")
+        try await fixture.set("Language", .string("en-GB"))  // broadcast, after the reset's signal
+        #expect(await recorder.wait { _ in !recorder.changes(of: "Language").isEmpty })
+        #expect(recorder.signals(named: "TranscriptChanged").isEmpty)
         let stopped = try await notes.callSttd("StopTranscribing")
         #expect(stopped.status == 0, "\(stopped)")
         #expect(try await fixture.property("ActiveClient") == .string(""))
@@ -141,5 +153,64 @@ struct ConsentTests {
         #expect(try strict.sttctl(["allow", "org.example.Notes"]).status == 0)
         let still = try await strictNotes.callSttd("StartTranscribing", ["{}"])
         #expect(still.status != 0 && still.stderr.contains("consent = \"deny\""), "\(still)")
+    }
+}
+
+/// Decisions in the desktop's permission store (xdg-permission-store from xdg-desktop-portal),
+/// where `flatpak permission-show sttd` finds them.
+@Suite("Consent in the desktop permission store", .serialized, .timeLimit(.minutes(2)))
+struct PermissionStoreTests {
+    static let store = "org.freedesktop.impl.portal.PermissionStore"
+
+    func lookUp(_ fixture: SttdFixture) async throws -> [String: [String]] {
+        var reply: [DBusValue] = []
+        do {
+            reply = try await fixture.client.call(
+                destination: Self.store, path: "/org/freedesktop/impl/portal/PermissionStore", interface: Self.store,
+                member: "Lookup", arguments: [.string("sttd"), .string("microphone")])
+        } catch {
+            // No entry yet is "nothing decided".
+            guard error.name.hasSuffix("NotFound") else { throw error }
+        }
+        guard case .dictionary(_, _, let entries)? = reply.first else { return [:] }
+        return Dictionary(uniqueKeysWithValues: entries.map { ($0.key.string ?? "", $0.value.strings ?? []) })
+    }
+
+    @Test func decisionsGoToThePermissionStoreWhenOneRuns() async throws {
+        let fixture = try await SttdFixture()
+        let binary = try requireFile("/usr/libexec/xdg-permission-store", package: "xdg-desktop-portal")
+        var environment = fixture.environment
+        environment["XDG_DATA_HOME"] = "\(fixture.home)/data"
+        let store = try ChildProcess(binary, [], environment: environment, stderr: "\(fixture.home)/store.log")
+        defer { store.stop() }
+        #expect(
+            await waitFor {
+                let owned = try? await fixture.client.call(
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus", member: "NameHasOwner", arguments: [.string(Self.store)])
+                return owned?.first?.boolean == true
+            })
+        // sttd chooses its store at startup.
+        try await fixture.restartService()
+        #expect(await waitFor { fixture.log.contains("kept in the desktop permission store") })
+
+        #expect(try fixture.sttctl(["allow", "org.example.Notes"]).status == 0)
+        #expect(try await lookUp(fixture)["org.example.Notes"] == ["yes"])
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
+        let started = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(started.status == 0, "\(started)")
+        _ = try await notes.callSttd("CancelTranscribing")
+
+        #expect(try fixture.sttctl(["deny", "org.example.Notes"]).status == 0)
+        #expect(try await lookUp(fixture)["org.example.Notes"] == ["no"])
+        let refused = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(refused.status != 0 && refused.stderr.contains(ConsentTests.notAuthorized), "\(refused)")
+
+        // Cleared from outside, as `flatpak permission-reset` does: sttd follows the store.
+        _ = try await fixture.client.call(
+            destination: Self.store, path: "/org/freedesktop/impl/portal/PermissionStore", interface: Self.store,
+            member: "DeletePermission",
+            arguments: [.string("sttd"), .string("microphone"), .string("org.example.Notes")])
+        #expect(try fixture.sttctl(["apps"]).stdout.contains("No app"))
     }
 }
