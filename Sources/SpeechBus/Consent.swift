@@ -76,11 +76,12 @@ public final class Consent: Sendable {
 
     /// The gate to install on the exported object.
     public var gate: DBusGate {
-        { [self] access, decide in
-            if identities.identity(of: access.sender) == .host { return decide(nil) }
-            let queued = enqueue { [self] in decide(await decision(for: access)) }
+        { [self] access, decision in
+            if identities.identity(of: access.sender) == .host { return decision.allow() }
+            let queued = enqueue { [self] in decision.decide(await self.decision(for: access)) }
             if !queued {
-                decide(SpeechError.busy("sttd is deciding too many calls from sandboxed apps; try again.").dbusError)
+                decision.refuse(
+                    SpeechError.busy("sttd is deciding too many calls from sandboxed apps; try again.").dbusError)
             }
         }
     }
@@ -315,15 +316,20 @@ public final class Consent: Sendable {
         }
         logger.info("asking for consent", metadata: ["app": "\(app)", "notification": "\(id)"])
         let timeout = timeout
-        let answer = await withTaskGroup(of: Void.self) { [prompts] group in
-            group.addTask {
-                // Cancelled when the answer comes first; otherwise the prompt times out.
-                guard (try? await eventLoopSleep(for: timeout)) != nil else { return }
-                prompts.resolve(id, from: nil, .none("no answer within \(milliseconds) ms"))
+        let answer = await withTaskCancellationHandler {
+            await withTaskGroup(of: Void.self) { [prompts] group in
+                group.addTask {
+                    // Cancelled when the answer comes first; otherwise the prompt times out.
+                    guard (try? await eventLoopSleep(for: timeout)) != nil else { return }
+                    prompts.resolve(id, from: nil, .none("no answer within \(milliseconds) ms"))
+                }
+                let answer = await prompts.wait(for: id, from: server)
+                group.cancelAll()
+                return answer
             }
-            let answer = await prompts.wait(for: id, from: server)
-            group.cancelAll()
-            return answer
+        } onCancel: { [prompts] in
+            // Shutting down: the waiting call is answered, and run() can end.
+            prompts.resolve(id, from: nil, .none("sttd is shutting down"))
         }
         if case .none = answer {
             _ = try? await notifications("CloseNotification", [.uint32(id)])

@@ -6,12 +6,12 @@ import Testing
 
 /// Decisions a test holds back and gives later, from its own task (not the connection thread).
 final class HeldDecisions: Sendable {
-    private let held = Mutex<[(DBusAccess, @Sendable (DBusError?) -> Void)]>([])
+    private let held = Mutex<[(DBusAccess, DBusDecision)]>([])
 
     var accesses: [DBusAccess] { held.withLock { $0.map(\.0) } }
 
-    func hold(_ access: DBusAccess, _ decide: @escaping @Sendable (DBusError?) -> Void) {
-        held.withLock { $0.append((access, decide)) }
+    func hold(_ access: DBusAccess, _ decision: DBusDecision) {
+        held.withLock { $0.append((access, decision)) }
     }
 
     /// Waits (bounded) until `count` decisions are held.
@@ -29,7 +29,7 @@ final class HeldDecisions: Sendable {
             defer { held.removeAll() }
             return held
         }
-        for (_, decide) in all { decide(error) }
+        for (_, decision) in all { decision.decide(error) }
     }
 }
 
@@ -41,9 +41,9 @@ struct GateTests {
     @Test func aRefusingGateGuardsMethodsAndPropertiesButNotIntrospectOrPeer() async throws {
         let fixture = try await EchoFixture()
         let seen = Mutex<[DBusAccess]>([])
-        fixture.object.install { access, decide in
+        fixture.object.install { access, decision in
             seen.withLock { $0.append(access) }
-            decide(Self.refused)
+            decision.refuse(Self.refused)
         }
         for (member, interface, arguments) in [
             ("Echo", "test.Echo", [DBusValue.variant(.uint32(1))]),
@@ -77,9 +77,9 @@ struct GateTests {
         let fixture = try await EchoFixture()
         let held = HeldDecisions()
         let firstClient = fixture.client.uniqueName
-        fixture.object.install { access, decide in
+        fixture.object.install { access, decision in
             // Only the first client waits for a decision; everyone else is let through at once.
-            if access.sender == firstClient { held.hold(access, decide) } else { decide(nil) }
+            if access.sender == firstClient { held.hold(access, decision) } else { decision.allow() }
         }
         let other = try await DBusConnection.connect(to: .address(fixture.bus.address))
         defer { other.close() }

@@ -88,6 +88,15 @@ struct ConsentTests {
         #expect(try await fixture.property("ActiveClient") == .string("host"))
         try await fixture.call("StopTranscribing")
         #expect(try fixture.sttctl(["status"]).status == 0)
+        let busctl = try requireTool("busctl", package: "systemd")
+        let hostCall = try run(
+            busctl,
+            [
+                "--address=\(fixture.bus.address)", "call", SpeechAPI.busName, SpeechAPI.objectPath,
+                SpeechAPI.interface,
+                "RequestAuthorization",
+            ])
+        #expect(hostCall.status == 0 && hostCall.stdout.hasPrefix("s "), "\(hostCall)")
         #expect(Self.prompts(server).count == server2Prompts)
 
         // A second app is asked separately.
@@ -131,6 +140,21 @@ struct ConsentTests {
         #expect(Self.prompts(server).count == 3, "RequestAuthorization asks too")
         #expect(status.stdout.contains("'notDetermined'"), "\(status)")
         #expect(try fixture.sttctl(["apps"]).stdout.contains("No app"))
+    }
+
+    @Test func aCallWaitingForAnAnswerDoesNotHoldUpShutdown() async throws {
+        let fixture = try await SttdFixture()
+        let server = try await NotificationServer(busAddress: fixture.bus.address, actions: true)
+        defer { server.stop() }
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
+        async let waiting = notes.callSttd("StartTranscribing", ["{}"])
+        #expect(await waitFor { Self.prompts(server).count == 1 })
+        fixture.sttd.signal(SIGTERM)
+        // The prompt would wait 20 s; shutdown answers it and exits well before.
+        #expect(await waitFor(timeout: .seconds(10)) { !fixture.sttd.isRunning }, "\(fixture.log)")
+        #expect(fixture.sttd.exitStatus == 0)
+        let result = try await waiting
+        #expect(result.status != 0, "\(result)")
     }
 
     @Test func withoutActionsOrUnderPolicyDenyNothingIsAsked() async throws {
