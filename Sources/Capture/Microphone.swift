@@ -7,6 +7,11 @@ public protocol Microphone: Sendable {
     func open(source: String?, deliver: @escaping @Sendable (AudioChunk) -> Void) async throws(CaptureError)
         -> any MicrophoneStream
 
+    /// Opens capture as ``open(source:deliver:)`` does, with a stream named `mediaName` (sound
+    /// settings show it: sttd names the app a session is for).
+    func open(source: String?, mediaName: String, deliver: @escaping @Sendable (AudioChunk) -> Void)
+        async throws(CaptureError) -> any MicrophoneStream
+
     /// The capture sources on offer.
     func sources() async throws(CaptureError) -> [AudioSource]
 
@@ -15,6 +20,15 @@ public protocol Microphone: Sendable {
 }
 
 /// An open microphone.
+extension Microphone {
+    /// Microphones without stream names (test fakes) ignore the name.
+    public func open(source: String?, mediaName: String, deliver: @escaping @Sendable (AudioChunk) -> Void)
+        async throws(CaptureError) -> any MicrophoneStream
+    {
+        try await open(source: source, deliver: deliver)
+    }
+}
+
 public protocol MicrophoneStream: Sendable {
     /// Waits until capture has ended and its last chunk was delivered: nil after ``stop()`` or
     /// ``cancel()``; the error when the server or the source went away.
@@ -43,7 +57,14 @@ public struct PulseAudioMicrophone: Microphone {
     public func open(source: String?, deliver: @escaping @Sendable (AudioChunk) -> Void) async throws(CaptureError)
         -> any MicrophoneStream
     {
-        try await PulseAudio.capture(source: source, chunk: chunk, server: server, logger: logger, deliver: deliver)
+        try await open(source: source, mediaName: PulseAudio.defaultMediaName, deliver: deliver)
+    }
+
+    public func open(source: String?, mediaName: String, deliver: @escaping @Sendable (AudioChunk) -> Void)
+        async throws(CaptureError) -> any MicrophoneStream
+    {
+        try await PulseAudio.capture(
+            source: source, chunk: chunk, server: server, mediaName: mediaName, logger: logger, deliver: deliver)
     }
 
     public func sources() async throws(CaptureError) -> [AudioSource] {

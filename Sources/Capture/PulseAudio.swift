@@ -79,12 +79,14 @@ public enum PulseAudio {
     ///   - server: a server address, or nil for the usual lookup (`PULSE_SERVER`, the user's runtime dir).
     ///   - deliver: if given, gets each chunk on the capture thread instead of ``Capture/chunks``
     ///     (which then only ends or fails). It must not block. This saves a thread hop per chunk.
+    ///   - mediaName: the stream's `media.name`, which sound settings show (e.g. who asked for it).
     public static func capture(
-        source: String?, chunk: Duration = .milliseconds(100), server: String? = nil, logger: Logger,
-        deliver: (@Sendable (AudioChunk) -> Void)? = nil
+        source: String?, chunk: Duration = .milliseconds(100), server: String? = nil,
+        mediaName: String = defaultMediaName, logger: Logger, deliver: (@Sendable (AudioChunk) -> Void)? = nil
     ) async throws(CaptureError) -> Capture {
         let worker = CaptureWorker(
-            source: source, chunkSamples: AudioFormat.samples(in: chunk), logger: logger, deliver: deliver)
+            source: source, chunkSamples: AudioFormat.samples(in: chunk), mediaName: mediaName, logger: logger,
+            deliver: deliver)
         worker.server = server
         try await worker.open()
         return Capture(worker: worker)
@@ -105,6 +107,11 @@ public enum PulseAudio {
     }
 }
 
+extension PulseAudio {
+    /// `media.name` of a capture stream nobody in particular asked for.
+    public static let defaultMediaName = "Dictation"
+}
+
 /// The stream properties that make desktops show their microphone indicator (contract §3).
 private func makeProperties(_ pairs: [(String, String)]) -> OpaquePointer {
     let list = pa_proplist_new()!
@@ -116,7 +123,7 @@ private let clientProperties = [
     ("application.name", "sttd"), ("application.id", "io.github.sttd"),
     ("application.icon_name", "audio-input-microphone"),
 ]
-private let streamProperties = clientProperties + [("media.role", "production"), ("media.name", "Dictation")]
+private let streamProperties = clientProperties + [("media.role", "production")]
 
 /// A libpulse main loop and context on a thread of their own; subclasses drive the context.
 ///
@@ -243,6 +250,7 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     private let continuation: AsyncThrowingStream<AudioChunk, any Error>.Continuation
     private let source: String?
     private let chunkSamples: Int
+    private let mediaName: String
     var chunkDuration: Duration { .microseconds(chunkSamples * 1_000_000 / AudioFormat.sampleRate) }
     private let logger: Logger
     private let deliver: ((AudioChunk) -> Void)?
@@ -253,9 +261,13 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     /// How capture ended: set once, on the worker thread.
     private let outcome = Eventual<CaptureError?>()
 
-    init(source: String?, chunkSamples: Int, logger: Logger, deliver: (@Sendable (AudioChunk) -> Void)?) {
+    init(
+        source: String?, chunkSamples: Int, mediaName: String, logger: Logger,
+        deliver: (@Sendable (AudioChunk) -> Void)?
+    ) {
         self.source = source
         self.chunkSamples = chunkSamples
+        self.mediaName = mediaName
         self.logger = logger
         self.deliver = deliver
         let chunksPerTenSeconds = max(1, 10 * AudioFormat.sampleRate / chunkSamples)
@@ -275,8 +287,8 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
 
     override func contextReady() {
         var spec = pa_sample_spec(format: PA_SAMPLE_S16LE, rate: UInt32(AudioFormat.sampleRate), channels: 1)
-        let properties = makeProperties(streamProperties)
-        stream = pa_stream_new_with_proplist(context, "Dictation", &spec, nil, properties)
+        let properties = makeProperties(streamProperties + [("media.name", mediaName)])
+        stream = pa_stream_new_with_proplist(context, mediaName, &spec, nil, properties)
         pa_proplist_free(properties)
         guard let stream else {
             failed(CaptureError.from(code: pa_context_errno(context), source: source))

@@ -26,7 +26,8 @@ public struct Sttctl: AsyncParsableCommand {
         version: SpeechAPI.version,
         subcommands: [
             Start.self, Stop.self, Toggle.self, Cancel.self, Reset.self, Status.self, TranscriptCommand.self,
-            Watch.self, Sources.self, Authorize.self, HistoryCommand.self, Last.self,
+            Watch.self, Sources.self, Authorize.self, HistoryCommand.self, Last.self, Apps.self, Allow.self,
+            Deny.self, Forget.self,
         ])
 
     public init() {}

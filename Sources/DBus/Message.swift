@@ -99,7 +99,8 @@ struct ReplyAddress: Sendable {
 struct OutgoingMessage: Sendable {
     private enum Kind: Sendable {
         case methodCall(destination: String?)
-        case signal
+        // A signal with a destination goes to that connection only (unicast).
+        case signal(destination: String?)
     }
     private let kind: Kind
     private let path: String
@@ -118,11 +119,13 @@ struct OutgoingMessage: Sendable {
         return message
     }
 
-    static func signal(path: String, interface: String, member: String, arguments: [DBusValue])
-        throws(DBusError) -> OutgoingMessage
-    {
+    static func signal(
+        path: String, interface: String, member: String, arguments: [DBusValue], destination: String? = nil
+    ) throws(DBusError) -> OutgoingMessage {
+        if let destination { try Validate.busName(destination) }
         let message = OutgoingMessage(
-            kind: .signal, path: path, interface: interface, member: member, arguments: arguments)
+            kind: .signal(destination: destination), path: path, interface: interface, member: member,
+            arguments: arguments)
         try message.validate()
         return message
     }
@@ -151,6 +154,9 @@ struct OutgoingMessage: Sendable {
             }
         guard let raw else { throw .failed("out of memory creating a message") }
         let message = Message(adopting: raw)
+        if case .signal(let destination?) = kind, dbus_message_set_destination(raw, destination) == 0 {
+            throw .failed("out of memory creating a message")
+        }
         try message.append(arguments)
         return message
     }

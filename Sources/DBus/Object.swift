@@ -105,6 +105,110 @@ public struct DBusInterface: Sendable {
     }
 }
 
+/// What a gate is asked about: who reads or calls which member of one of the object's interfaces.
+public struct DBusAccess: Sendable, Equatable {
+    /// The kind of access.
+    public enum Kind: Sendable, Equatable {
+        case method, getProperty, getAllProperties, setProperty
+    }
+    /// The caller's unique name, e.g. `:1.42`.
+    public var sender: String
+    /// The interface (empty when a `Get` or `Set` named none).
+    public var interface: String
+    /// The method or property name; empty for `GetAll`.
+    public var member: String
+    public var kind: Kind
+
+    public init(sender: String, interface: String, member: String, kind: Kind) {
+        self.sender = sender
+        self.interface = interface
+        self.member = member
+        self.kind = kind
+    }
+}
+
+/// Decides whether a call to an object's own interfaces may go ahead (Introspectable, Peer and
+/// the standard interfaces' properties are never gated). Runs on the connection's thread and
+/// must not block: it answers through the ``DBusDecision`` exactly once, either before returning
+/// or later from any thread. A call decided later waits without holding up the connection
+/// thread; later calls from the same sender wait behind it, so each sender's calls still reach
+/// the handlers in the order they were sent.
+public typealias DBusGate = @Sendable (DBusAccess, DBusDecision) -> Void
+
+/// A gate's answer about one call: ``allow()`` or ``refuse(_:)``, once (later answers are ignored).
+public final class DBusDecision: Sendable {
+    private enum State { case waiting, decided(DBusError?), deferred }
+    private let state = Mutex<State>(.waiting)
+    /// Resumes the call on the connection thread when the answer comes after the gate returned.
+    private let resume: @Sendable (DBusError?) -> Void
+
+    init(resume: @escaping @Sendable (DBusError?) -> Void) { self.resume = resume }
+
+    /// Lets the call through.
+    public func allow() { decide(nil) }
+
+    /// Refuses the call with `error`.
+    public func refuse(_ error: DBusError) { decide(error) }
+
+    /// Lets the call through (nil) or refuses it with the error.
+    public func decide(_ error: DBusError?) {
+        let wasDeferred = state.withLock { state -> Bool in
+            switch state {
+            case .waiting:
+                state = .decided(error)
+                return false
+            case .deferred:
+                state = .decided(error)
+                return true
+            case .decided:
+                return false  // a second decision is ignored
+            }
+        }
+        if wasDeferred { resume(error) }
+    }
+
+    enum Outcome { case decided(DBusError?), deferred }
+
+    /// After the gate returned: the decision if it came already, else marks the call deferred.
+    func deferUnlessDecided() -> Outcome {
+        state.withLock { state in
+            if case .decided(let error) = state { return .decided(error) }
+            state = .deferred
+            return .deferred
+        }
+    }
+}
+
+/// Holds the gate at its own type: a closure kept in a generic container and called from there
+/// was seen to leak per call on this toolchain (about 500 bytes a call under load).
+private final class GateBox: Sendable {
+    let gate: DBusGate
+    init(_ gate: @escaping DBusGate) { self.gate = gate }
+}
+
+/// A method call taken apart on the connection thread, so it can wait for a gate's decision
+/// without holding a libdbus message.
+struct IncomingCall: Sendable {
+    var address: ReplyAddress
+    var sender: String
+    var interface: String?
+    var member: String
+    var signature: String
+    var arguments: [DBusValue]
+
+    /// Takes the message apart; its arguments only if `decodes(signature)` says they will be used.
+    init(_ message: Message, decodes: (_ interface: String?, _ member: String, _ signature: String) -> Bool) {
+        address = ReplyAddress(of: message)
+        sender = message.sender ?? ""
+        interface = message.interface
+        member = message.member ?? ""
+        signature = message.signature
+        // A call refused for its signature never needs its arguments: decoding them anyway
+        // (fuzzed calls carry megabytes of nested garbage) only churns the heap.
+        arguments = decodes(interface, member, signature) ? message.arguments() : []
+    }
+}
+
 /// An object exported on a connection. Property values live here, so `Get` and `GetAll` are
 /// answered on the connection's thread without waiting for the service.
 ///
@@ -117,6 +221,14 @@ public final class DBusObject: Sendable {
     private let logger: Logger
     private let values: Mutex<[String: [String: DBusValue]]>
     private let loop = Mutex<ConnectionLoop?>(nil)
+    private let gate = Mutex<GateBox?>(nil)
+    private let ownInterfaceNames: Set<String>
+    /// Calls waiting behind a deferred call of the same sender (connection thread only; the
+    /// lock is uncontended). Bounded per sender by ``maxWaitingPerSender``.
+    private let waiting = Mutex<[String: [IncomingCall]]>([:])
+    /// How many calls of one sender may wait behind a deferred one; beyond, calls are refused
+    /// with `LimitsExceeded` (a client that floods while a prompt is open gains nothing by it).
+    static let maxWaitingPerSender = 32
 
     public init(path: String, interfaces: [DBusInterface], logger: Logger = Logger(label: "sttd.dbus"))
         throws(DBusError)
@@ -132,6 +244,7 @@ public final class DBusObject: Sendable {
         }
         self.path = path
         self.interfaces = interfaces
+        self.ownInterfaceNames = Set(interfaces.map(\.name))
         self.logger = logger
         var values: [String: [String: DBusValue]] = [:]
         for interface in interfaces {
@@ -143,6 +256,12 @@ public final class DBusObject: Sendable {
 
     func attach(to loop: ConnectionLoop) { self.loop.withLock { $0 = loop } }
 
+    /// Installs the gate every later call to the object's own interfaces passes (see ``DBusGate``).
+    public func install(gate: @escaping DBusGate) {
+        let box = GateBox(gate)
+        self.gate.withLock { $0 = box }
+    }
+
     // MARK: Service side
 
     /// The current value of a property.
@@ -152,8 +271,9 @@ public final class DBusObject: Sendable {
     }
 
     /// Sets properties of one interface (by default the one declaring the first name) and emits
-    /// one `PropertiesChanged` for those that changed. All or none are set.
-    public func setProperties(_ changes: [(String, DBusValue)], interface: String? = nil) {
+    /// one `PropertiesChanged` for those that changed, to `destination` only if given. All or
+    /// none are set.
+    public func setProperties(_ changes: [(String, DBusValue)], interface: String? = nil, destination: String? = nil) {
         guard let first = changes.first else { return }
         if let problem = check(properties: changes, interface: interface) { return report(problem) }
         do {
@@ -165,21 +285,24 @@ public final class DBusObject: Sendable {
                 metadata: ["path": "\(path)", "property": "\(first.0)", "error": "\(error.message)"])
         }
         guard let owner = interface ?? owningInterface(ofProperty: first.0) else { return }
-        store(changes, interface: owner)
+        store(changes, interface: owner, destination: destination)
     }
 
-    /// Sets one property, emitting `PropertiesChanged` if its value changed.
-    public func setProperty(_ name: String, _ value: DBusValue, interface: String? = nil) {
-        setProperties([(name, value)], interface: interface)
+    /// Sets one property, emitting `PropertiesChanged` (to `destination` only, if given) if its
+    /// value changed.
+    public func setProperty(_ name: String, _ value: DBusValue, interface: String? = nil, destination: String? = nil) {
+        setProperties([(name, value)], interface: interface, destination: destination)
     }
 
     /// Emits a signal from this object (from the interface declaring it unless `interface` says);
     /// true if it was queued. `droppable` marks high-rate signals such as meter levels, which the
-    /// connection refuses rather than queue when it falls behind (see ``ConnectionLoop``).
+    /// connection refuses rather than queue when it falls behind (see ``ConnectionLoop``). With a
+    /// `destination` the signal is unicast: the bus delivers it to that connection only.
     @discardableResult
-    public func emit(_ signal: String, interface: String? = nil, _ arguments: [DBusValue], droppable: Bool = false)
-        -> Bool
-    {
+    public func emit(
+        _ signal: String, interface: String? = nil, _ arguments: [DBusValue], droppable: Bool = false,
+        destination: String? = nil
+    ) -> Bool {
         if let problem = check(signal: signal, interface: interface, arguments: arguments) {
             report(problem)
             return false
@@ -187,7 +310,8 @@ public final class DBusObject: Sendable {
         guard let owner = interface ?? owningInterface(ofSignal: signal) else { return false }
         let message: OutgoingMessage
         do {
-            message = try .signal(path: path, interface: owner, member: signal, arguments: arguments)
+            message = try .signal(
+                path: path, interface: owner, member: signal, arguments: arguments, destination: destination)
         } catch {
             // Data, not a declaration, is at fault (e.g. a NUL in a string): no assertion.
             logger.error(
@@ -271,7 +395,7 @@ public final class DBusObject: Sendable {
     }
 
     /// Stores checked values and queues `PropertiesChanged` for those that changed.
-    private func store(_ changes: [(String, DBusValue)], interface owner: String) {
+    private func store(_ changes: [(String, DBusValue)], interface owner: String, destination: String? = nil) {
         guard let declaration = interfaces.first(where: { $0.name == owner }) else { return }
         values.withLock { values in
             var changed: [(String, DBusValue)] = []
@@ -287,7 +411,7 @@ public final class DBusObject: Sendable {
             guard !changed.isEmpty || !invalidated.isEmpty, let loop = loop.withLock({ $0 }),
                 let signal = try? OutgoingMessage.signal(
                     path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
-                    arguments: [.string(owner), .vardict(changed), .strings(invalidated)])
+                    arguments: [.string(owner), .vardict(changed), .strings(invalidated)], destination: destination)
             else { return }
             // Queued under the lock, so the signals leave in the order the values were stored.
             loop.perform { $0.send(signal) }
@@ -297,49 +421,165 @@ public final class DBusObject: Sendable {
     // MARK: Connection thread
 
     func handle(_ message: Message, on loop: ConnectionLoop) {
-        let member = message.member ?? ""
-        switch message.interface {
+        admit(IncomingCall(message, decodes: acceptsSignature), loop)
+    }
+
+    /// Whether a call with this signature reaches a handler (only then are its arguments read).
+    private func acceptsSignature(_ interface: String?, _ member: String, _ signature: String) -> Bool {
+        switch interface {
+        case "org.freedesktop.DBus.Properties":
+            return ["Get": "ss", "GetAll": "s", "Set": "ssv"][member] == signature
         case "org.freedesktop.DBus.Introspectable":
-            let reply = loop.reply(to: message, member: member, outputs: [.string])
+            return false
+        default:
+            let candidates = interfaces.filter { interface == nil || $0.name == interface }
+            guard let method = candidates.lazy.flatMap(\.methods).first(where: { $0.name == member }) else {
+                return false
+            }
+            return signatureString(method.inputs.map(\.type)) == signature
+        }
+    }
+
+    /// Passes a call through the gate, keeping each sender's calls in order.
+    private func admit(_ call: IncomingCall, _ loop: ConnectionLoop) {
+        guard let gate = gate.withLock({ $0 }), let access = access(for: call) else { return dispatch(call, loop) }
+        let queued = waiting.withLock { waiting -> Bool? in
+            guard waiting[call.sender] != nil else { return nil }
+            guard waiting[call.sender]!.count < Self.maxWaitingPerSender else { return false }
+            waiting[call.sender]!.append(call)
+            return true
+        }
+        switch queued {
+        case true?: return
+        case false?:
+            return reply(to: call, loop, outputs: []).fail(
+                DBusError(
+                    name: "org.freedesktop.DBus.Error.LimitsExceeded",
+                    message: "too many calls are waiting for a decision about this caller"))
+        case nil:
+            ask(gate, access, call, loop)
+        }
+    }
+
+    /// Asks the gate about one call; true if the decision comes later (the call now waits).
+    @discardableResult
+    private func ask(_ gate: GateBox, _ access: DBusAccess, _ call: IncomingCall, _ loop: ConnectionLoop) -> Bool {
+        let decision = DBusDecision { [self] error in
+            // Deferred: finish it on the connection thread, then the sender's waiting calls.
+            loop.perform { [self] loop in
+                proceed(call, error, loop)
+                drainWaiting(of: call.sender, gate, loop)
+            }
+        }
+        gate.gate(access, decision)
+        if case .decided(let error) = decision.deferUnlessDecided() {
+            proceed(call, error, loop)
+            return false
+        }
+        waiting.withLock { $0[call.sender] = $0[call.sender] ?? [] }
+        return true
+    }
+
+    private func drainWaiting(of sender: String, _ gate: GateBox, _ loop: ConnectionLoop) {
+        var calls = waiting.withLock { $0.removeValue(forKey: sender) } ?? []
+        while !calls.isEmpty {
+            let call = calls.removeFirst()
+            guard let access = access(for: call) else {
+                dispatch(call, loop)
+                continue
+            }
+            if ask(gate, access, call, loop) {
+                // Deferred again: the rest keep waiting behind it, in order.
+                let rest = calls
+                waiting.withLock { $0[sender, default: []].append(contentsOf: rest) }
+                return
+            }
+        }
+    }
+
+    private func proceed(_ call: IncomingCall, _ error: DBusError?, _ loop: ConnectionLoop) {
+        if let error {
+            let outputs = interfaces.lazy.flatMap(\.methods).first { $0.name == call.member }?.outputs.map(\.type) ?? []
+            return reply(to: call, loop, outputs: outputs).fail(error)
+        }
+        dispatch(call, loop)
+    }
+
+    /// What the gate is asked for a call, or nil for calls it does not guard.
+    private func access(for call: IncomingCall) -> DBusAccess? {
+        let own = ownInterfaceNames
+        switch call.interface {
+        case "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer":
+            return nil
+        case "org.freedesktop.DBus.Properties":
+            let target = call.arguments.first?.string ?? ""
+            guard target.isEmpty || own.contains(target) else { return nil }
+            let name = call.arguments.count > 1 ? call.arguments[1].string ?? "" : ""
+            switch call.member {
+            case "Get": return DBusAccess(sender: call.sender, interface: target, member: name, kind: .getProperty)
+            case "GetAll":
+                return DBusAccess(sender: call.sender, interface: target, member: "", kind: .getAllProperties)
+            case "Set": return DBusAccess(sender: call.sender, interface: target, member: name, kind: .setProperty)
+            default: return nil
+            }
+        case let name?:
+            guard own.contains(name) else { return nil }
+            return DBusAccess(sender: call.sender, interface: name, member: call.member, kind: .method)
+        case nil:
+            guard let owner = interfaces.first(where: { $0.methods.contains { $0.name == call.member } }) else {
+                return nil
+            }
+            return DBusAccess(sender: call.sender, interface: owner.name, member: call.member, kind: .method)
+        }
+    }
+
+    private func reply(to call: IncomingCall, _ loop: ConnectionLoop, outputs: [DBusType]) -> DBusReply {
+        DBusReply(to: call.address, member: call.member, outputs: outputs, loop: loop)
+    }
+
+    private func dispatch(_ call: IncomingCall, _ loop: ConnectionLoop) {
+        let member = call.member
+        switch call.interface {
+        case "org.freedesktop.DBus.Introspectable":
+            let reply = reply(to: call, loop, outputs: [.string])
             guard member == "Introspect" else {
                 return reply.fail(
                     DBusError.unknownMethod("No method \(member) on org.freedesktop.DBus.Introspectable"))
             }
-            guard message.signature.isEmpty else {
+            guard call.signature.isEmpty else {
                 return reply.fail(DBusError.invalidArgs("Introspect takes no arguments"))
             }
             reply.send([.string(introspectionXML)])
         case "org.freedesktop.DBus.Properties":
-            handleProperties(member, message, loop)
+            handleProperties(member, call, loop)
         case let name?:
             guard let interface = interfaces.first(where: { $0.name == name }) else {
-                return loop.reply(to: message, member: member, outputs: []).fail(
+                return reply(to: call, loop, outputs: []).fail(
                     DBusError.unknownInterface("No interface \(name) at \(path)"))
             }
             guard let method = interface.methods.first(where: { $0.name == member }) else {
-                return loop.reply(to: message, member: member, outputs: []).fail(
+                return reply(to: call, loop, outputs: []).fail(
                     DBusError.unknownMethod("No method \(member) on interface \(name)"))
             }
-            invoke(method, message, loop)
+            invoke(method, call, loop)
         case nil:
             guard let method = interfaces.lazy.flatMap(\.methods).first(where: { $0.name == member }) else {
-                return loop.reply(to: message, member: member, outputs: []).fail(
+                return reply(to: call, loop, outputs: []).fail(
                     DBusError.unknownMethod("No method \(member) at \(path)"))
             }
-            invoke(method, message, loop)
+            invoke(method, call, loop)
         }
     }
 
-    private func invoke(_ method: DBusMethod, _ message: Message, _ loop: ConnectionLoop) {
-        let reply = loop.reply(to: message, member: method.name, outputs: method.outputs.map(\.type))
+    private func invoke(_ method: DBusMethod, _ message: IncomingCall, _ loop: ConnectionLoop) {
+        let reply = DBusReply(to: message.address, member: method.name, outputs: method.outputs.map(\.type), loop: loop)
         let expected = signatureString(method.inputs.map(\.type))
         guard message.signature == expected else {
             return reply.fail(
                 DBusError.invalidArgs(
                     "\(method.name) takes arguments (\(expected)) but was called with (\(message.signature))"))
         }
-        let call = DBusMethodCall(
-            sender: message.sender ?? "", member: method.name, arguments: message.arguments())
+        let call = DBusMethodCall(sender: message.sender, member: method.name, arguments: message.arguments)
         // Called here, on the connection's thread, so calls reach the service in the order they
         // arrived; the handler hands the work on and replies later, from any thread.
         method.handler(call, reply)
@@ -349,17 +589,17 @@ public final class DBusObject: Sendable {
         "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer",
     ]
 
-    private func handleProperties(_ member: String, _ message: Message, _ loop: ConnectionLoop) {
-        let arguments = message.arguments()
+    private func handleProperties(_ member: String, _ message: IncomingCall, _ loop: ConnectionLoop) {
+        let arguments = message.arguments
         switch (member, message.signature) {
         case ("Get", "ss"):
-            let reply = loop.reply(to: message, member: member, outputs: [.variant])
+            let reply = DBusReply(to: message.address, member: member, outputs: [.variant], loop: loop)
             let name = arguments[1].string ?? ""
             guard let found = lookUp(arguments[0].string ?? "", name, reply) else { return }
             reply.send([.variant(values.withLock { $0[found.interface]?[name] } ?? found.property.initialValue)])
         case ("GetAll", "s"):
-            let reply = loop.reply(
-                to: message, member: member, outputs: [.dictionary(key: .string, value: .variant)])
+            let reply = DBusReply(
+                to: message.address, member: member, outputs: [.dictionary(key: .string, value: .variant)], loop: loop)
             let interfaceName = arguments[0].string ?? ""
             if Self.standardInterfaces.contains(interfaceName) { return reply.send([.vardict([])]) }
             guard let interface = interfaces.first(where: { $0.name == interfaceName }) else {
@@ -368,7 +608,7 @@ public final class DBusObject: Sendable {
             let current = values.withLock { $0[interface.name] ?? [:] }
             reply.send([.vardict(interface.properties.map { ($0.name, current[$0.name] ?? $0.initialValue) })])
         case ("Set", "ssv"):
-            let reply = loop.reply(to: message, member: member, outputs: [])
+            let reply = DBusReply(to: message.address, member: member, outputs: [], loop: loop)
             let name = arguments[1].string ?? ""
             guard let found = lookUp(arguments[0].string ?? "", name, reply) else { return }
             guard let setter = found.property.setter else {
@@ -395,11 +635,11 @@ public final class DBusObject: Sendable {
             reply.send([])
         case ("Get", _), ("GetAll", _), ("Set", _):
             let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member]!
-            loop.reply(to: message, member: member, outputs: []).fail(
+            DBusReply(to: message.address, member: member, outputs: [], loop: loop).fail(
                 DBusError.invalidArgs(
                     "\(member) takes arguments (\(expected)) but was called with (\(message.signature))"))
         default:
-            loop.reply(to: message, member: member, outputs: []).fail(
+            DBusReply(to: message.address, member: member, outputs: [], loop: loop).fail(
                 DBusError.unknownMethod("No method \(member) on org.freedesktop.DBus.Properties"))
         }
     }

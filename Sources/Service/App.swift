@@ -115,12 +115,17 @@ public enum SttdApp {
             history: openHistory(configuration, environment: environment, logger: logger),
             output: DesktopDictationOutput(configuration: configuration, environment: environment, logger: logger),
             logger: logger)
+        let consent = Consent(
+            connection: connection, policy: configuration.consent,
+            store: await Consent.chooseStore(connection: connection, environment: environment, logger: logger),
+            timeout: .milliseconds(Int(configuration.consentTimeoutMilliseconds)), logger: logger)
         let adapter: SpeechBusAdapter
         do {
             adapter = try SpeechBusAdapter(
                 core: core,
                 settings: SpeechSettings(
-                    backend: configuration.backend, language: configuration.language, source: configuration.source))
+                    backend: configuration.backend, language: configuration.language, source: configuration.source),
+                consent: consent)
         } catch {
             connection.close()
             throw StartupError(
@@ -166,6 +171,9 @@ public enum SttdApp {
                     service: NotifierService(notifier: notifier, events: core.events()),
                     successTerminationBehavior: .ignore))
         }
+        // Before the core, so it shuts down after it; a call waiting for a prompt is answered
+        // by the closing bus.
+        services.append(.init(service: ConsentService(consent: consent)))
         services += [.init(service: CoreService(core: core)), .init(service: systemd)]
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
@@ -289,6 +297,19 @@ struct CoreService: Service {
             await core.run()
         } onGracefulShutdown: { [core] in
             core.shutDown {}
+        }
+    }
+}
+
+/// Per-app consent: decides sandboxed callers' calls until shutdown.
+struct ConsentService: Service {
+    let consent: Consent
+
+    func run() async throws {
+        await withGracefulShutdownHandler {
+            await consent.run()
+        } onGracefulShutdown: { [consent] in
+            consent.finish()
         }
     }
 }

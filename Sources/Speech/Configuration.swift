@@ -41,6 +41,16 @@ public enum DeepgramAuth: String, Sendable, CaseIterable {
     case subprotocol
 }
 
+/// Whether sandboxed apps may use sttd (config `consent`); host callers are never asked.
+public enum ConsentPolicy: String, Sendable, CaseIterable {
+    /// Ask the user once per app, with a notification.
+    case ask
+    /// Let every sandboxed app listen without asking.
+    case allow
+    /// Refuse every sandboxed app.
+    case deny
+}
+
 /// The settings of `config.toml` (contract §2), with the contract's defaults.
 public struct Configuration: Sendable, Equatable {
     public var backend = Backend.local
@@ -57,6 +67,10 @@ public struct Configuration: Sendable, Equatable {
     public var autoStopNoSpeechMilliseconds: UInt32 = 8000
     /// Desktop notifications when listening starts and stops, and when a session fails.
     public var notify = true
+    /// How sandboxed apps are treated.
+    public var consent = ConsentPolicy.ask
+    /// How long a consent prompt waits for an answer: at most 20 s, below D-Bus's 25 s call timeout.
+    public var consentTimeoutMilliseconds: UInt32 = 20_000
     public var stopTimeoutMilliseconds: UInt32 = 5000
     public var history = true
     /// Sessions older than this many days are deleted at startup and daily; 0 keeps them all.
@@ -154,6 +168,14 @@ public struct Configuration: Sendable, Equatable {
         autoStopNoSpeechMilliseconds = try reader.milliseconds(
             "auto_stop_no_speech_ms", default: autoStopNoSpeechMilliseconds, allowZero: false)
         notify = try reader.bool("notify", default: notify)
+        consent = try reader.choice("consent", default: consent)
+        consentTimeoutMilliseconds = try reader.milliseconds(
+            "consent_timeout_ms", default: consentTimeoutMilliseconds, allowZero: false)
+        guard consentTimeoutMilliseconds <= 20_000 else {
+            throw ConfigurationError(
+                "consent_timeout_ms is \(consentTimeoutMilliseconds); it must be at most 20000, so the answer comes before the caller's D-Bus call times out."
+            )
+        }
         stopTimeoutMilliseconds = try reader.milliseconds(
             "stop_timeout_ms", default: stopTimeoutMilliseconds, allowZero: false)
         history = try reader.bool("history", default: history)

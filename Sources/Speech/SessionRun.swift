@@ -19,6 +19,8 @@ final class SessionRun: Sendable {
     let backend: Backend
     /// The source name, or nil for the server's default.
     let source: String?
+    /// The capture stream's name, naming the app the session is for.
+    let mediaName: String
     let options: SessionOptions
     private let recognizer: any Recognizer
     private let microphone: any Microphone
@@ -38,8 +40,10 @@ final class SessionRun: Sendable {
 
     init(
         token: Int, backend: Backend, source: String?, options: SessionOptions, recognizer: any Recognizer,
-        microphone: any Microphone, core: SpeechCore, reconnectLimit: Duration, logger: Logger
+        microphone: any Microphone, core: SpeechCore, reconnectLimit: Duration, logger: Logger,
+        mediaName: String = PulseAudio.defaultMediaName
     ) {
+        self.mediaName = mediaName
         self.token = token
         self.backend = backend
         self.source = source
@@ -77,7 +81,7 @@ final class SessionRun: Sendable {
         let tap = AudioTap(recognition: recognition, inbox: inbox)
         let capture: any MicrophoneStream
         do {
-            capture = try await microphone.open(source: source, deliver: tap.deliver)
+            capture = try await microphone.open(source: source, mediaName: mediaName, deliver: tap.deliver)
         } catch {
             recognition.cancel()
             return await core.openFailed(self, .microphone(error))
@@ -157,7 +161,8 @@ final class SessionRun: Sendable {
                 return false
             }
             if links.withLock({ $0.closing }) { return false }
-            guard let capture = try? await microphone.open(source: source, deliver: tap.deliver) else { continue }
+            guard let capture = try? await microphone.open(source: source, mediaName: mediaName, deliver: tap.deliver)
+            else { continue }
             let kept = links.withLock { links in
                 guard !links.closing, !Task.isCancelled else { return false }
                 links.capture = capture

@@ -367,6 +367,8 @@ public actor SpeechCore {
         }
         transcript.reset()
         publish(.transcript("", update: nil))
+        let client = options.client ?? SessionClient(name: "host")
+        publish(.client(client))
         let backend = options.backend ?? settings.backend
         let source = options.source ?? settings.source
         let sessionOptions = SessionOptions(
@@ -375,7 +377,9 @@ public actor SpeechCore {
         let run = SessionRun(
             token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: sessionOptions,
             recognizer: recognizers[backend], microphone: microphone, core: self,
-            reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger)
+            reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger,
+            mediaName: client.privateDestination == nil
+                ? PulseAudio.defaultMediaName : "\(PulseAudio.defaultMediaName) for \(client.name)")
         let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
         session = ActiveSession(
             run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil)

@@ -36,6 +36,8 @@ public enum SpeechEvent: Sendable, Equatable {
     case microphone(MicrophoneStatus)
     /// The settings a start falls back to changed.
     case settings(SpeechSettings)
+    /// A session opened for this client; it lasts until the state is `idle` again.
+    case client(SessionClient)
 }
 
 /// One result as clients see it: the whole transcript, the result's own text, whether final.

@@ -11,6 +11,8 @@ public struct StartOptions: Sendable, Equatable {
     public var autoStopMilliseconds: UInt32?
     /// Where finals go besides the bus.
     public var output: OutputMode?
+    /// Who asked for the session (set by the bus adapter, never by a client's options).
+    public var client: SessionClient?
 
     public init(
         backend: Backend? = nil, language: String? = nil, source: String? = nil, interimResults: Bool? = nil,
@@ -38,5 +40,20 @@ public struct SpeechSettings: Sendable, Equatable {
         self.backend = backend
         self.language = language
         self.source = source
+    }
+}
+
+/// Who started a session: shown as `ActiveClient`, and a sandboxed app's session is reported to
+/// that app alone.
+public struct SessionClient: Sendable, Equatable {
+    /// The app id (a Flatpak or Snap id) or `host`.
+    public var name: String
+    /// Where a sandboxed app's session reports to (its unique bus name); nil for host callers,
+    /// whose sessions are broadcast.
+    public var privateDestination: String?
+
+    public init(name: String, privateDestination: String? = nil) {
+        self.name = name
+        self.privateDestination = privateDestination
     }
 }

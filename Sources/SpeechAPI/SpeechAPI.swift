@@ -11,6 +11,9 @@ public enum SpeechAPI {
     /// The program's version, as the `Version` property reports it.
     public static let version = "0.1.0"
 
+    /// The value of `ActiveClient` for sessions started outside any sandbox.
+    public static let hostClient = "host"
+
     /// The full error name of a contract error kind (`NotAuthorized`, `Busy`, …).
     public static func errorName(_ kind: String) -> String { errorPrefix + kind }
 }
@@ -25,6 +28,10 @@ public enum SpeechMethod: String, CaseIterable, Sendable {
     case requestAuthorization = "RequestAuthorization"
     case listSources = "ListSources"
     case getHistory = "GetHistory"
+    /// Host callers only: every remembered per-app decision.
+    case listAppConsent = "ListAppConsent"
+    /// Host callers only: `allow`, `deny` or `ask` (forget) for one app id.
+    case setAppConsent = "SetAppConsent"
 
     public var name: String { rawValue }
 
@@ -38,7 +45,10 @@ public enum SpeechMethod: String, CaseIterable, Sendable {
         switch self {
         case .startTranscribing, .toggleTranscribing: return [options]
         case .getHistory: return [DBusArgument("limit", .uint32)]
-        case .stopTranscribing, .cancelTranscribing, .resetTranscript, .requestAuthorization, .listSources: return []
+        case .setAppConsent: return [DBusArgument("app_id", .string), DBusArgument("decision", .string)]
+        case .stopTranscribing, .cancelTranscribing, .resetTranscript, .requestAuthorization, .listSources,
+            .listAppConsent:
+            return []
         }
     }
 
@@ -49,7 +59,8 @@ public enum SpeechMethod: String, CaseIterable, Sendable {
         case .requestAuthorization: [DBusArgument("status", .string)]
         case .listSources: [DBusArgument("sources", .array(Self.sourceType))]
         case .getHistory: [DBusArgument("entries", .array(Self.historyEntryType))]
-        case .startTranscribing, .cancelTranscribing, .resetTranscript: []
+        case .listAppConsent: [DBusArgument("decisions", .dictionary(key: .string, value: .string))]
+        case .startTranscribing, .cancelTranscribing, .resetTranscript, .setAppConsent: []
         }
     }
 }
@@ -102,6 +113,8 @@ extension SpeechProperty where Value == String {
     /// The D-Bus error name of the last session failure, empty if none.
     public static var lastError: Self { Self("LastError") }
     public static var version: Self { Self("Version", changeSignal: .const) }
+    /// The app whose session is listening (a Flatpak/Snap id, or `host`); empty when idle.
+    public static var activeClient: Self { Self("ActiveClient") }
 }
 
 /// The signals of `io.github.sttd.Speech1` with typed arguments.
@@ -182,10 +195,13 @@ extension DBusObject {
         self.property(property.name, interface: SpeechAPI.interface).flatMap(Value.init(dbusValue:))
     }
 
-    /// Emits a signal of the interface. Level readings may be dropped when the bus is backed up.
-    public func emit(_ signal: SpeechSignal) {
+    /// Emits a signal of the interface, to `destination` only if given. Level readings may be
+    /// dropped when the bus is backed up.
+    public func emit(_ signal: SpeechSignal, to destination: String? = nil) {
         let droppable = if case .audioLevel = signal { true } else { false }
-        emit(signal.name, interface: SpeechAPI.interface, signal.arguments.map(\.value), droppable: droppable)
+        emit(
+            signal.name, interface: SpeechAPI.interface, signal.arguments.map(\.value), droppable: droppable,
+            destination: destination)
     }
 }
 
@@ -216,6 +232,7 @@ extension SpeechAPI {
                 writable(.source, source),
                 SpeechProperty.lastError.declaration(initial: ""),
                 SpeechProperty.version.declaration(initial: version),
+                SpeechProperty.activeClient.declaration(initial: ""),
             ],
             signals: SpeechSignal.declarations)
     }

@@ -5,6 +5,7 @@ import Logging
 import Recognition
 import Speech
 import SpeechAPI
+import Synchronization
 
 extension SpeechError: DBusErrorRepresentable {
     /// The contract's error name, e.g. `io.github.sttd.Speech1.Error.MicrophoneUnavailable`.
@@ -22,40 +23,63 @@ public final class SpeechBusAdapter: Sendable {
     /// The exported object.
     public let object: DBusObject
     private let core: SpeechCore
+    /// Where the current session's signals go: a sandboxed app's unique name, or nil to broadcast.
+    /// Written and read only from the core's events, in order.
+    private let privateDestination = Mutex<String?>(nil)
 
     /// Declares the object around a core; `settings` are the writable properties' first values.
-    public init(core: SpeechCore, settings: SpeechSettings) throws(DBusError) {
+    /// With `consent`, its gate guards the interface and sessions are labelled with their app.
+    public init(core: SpeechCore, settings: SpeechSettings, consent: Consent? = nil) throws(DBusError) {
         self.core = core
         let interface = SpeechAPI.declaration(
             backend: settings.backend.rawValue, language: settings.language, source: settings.source,
-            serve: { method in Self.handler(for: method, core: core) },
+            serve: { method in Self.handler(for: method, core: core, consent: consent) },
             setter: { property in Self.setter(for: property, core: core) })
         object = try DBusObject(path: SpeechAPI.objectPath, interfaces: [interface])
+        if let consent { object.install(gate: consent.gate) }
     }
 
     /// Follows the core's events from now on; call before the core runs.
     public func attach() async {
-        let object = object
-        await core.observe { event in Self.show(event, on: object) }
+        await core.observe { [self] event in
+            switch event {
+            case .client(let client):
+                privateDestination.withLock { $0 = client.privateDestination }
+                object.set(.activeClient, client.name)
+            case .state(.idle):
+                privateDestination.withLock { $0 = nil }
+                object.set(.activeClient, "")
+            default:
+                break
+            }
+            Self.show(event, on: object, to: privateDestination.withLock { $0 })
+        }
     }
 
     // MARK: Core events -> properties and signals
 
-    static func show(_ event: SpeechEvent, on object: DBusObject) {
+    /// Shows one event; a sandboxed app's session sends its signals and transcript changes to
+    /// `destination` only.
+    static func show(_ event: SpeechEvent, on object: DBusObject, to destination: String? = nil) {
         switch event {
         case .state(let state):
             object.set(.state, state.rawValue)
         case .transcript(let text, let update):
             if let update {
-                object.emit(.transcriptChanged(transcript: text, segment: update.segment, isFinal: update.isFinal))
+                object.emit(
+                    .transcriptChanged(transcript: text, segment: update.segment, isFinal: update.isFinal),
+                    to: destination)
             }
-            object.set(.transcript, text)
+            object.setProperty(
+                SpeechProperty.transcript.name, .string(text), interface: SpeechAPI.interface, destination: destination)
         case .speechActivity(let speaking):
-            object.emit(.speechActivity(speaking: speaking))
+            object.emit(.speechActivity(speaking: speaking), to: destination)
         case .audioLevel(let level):
-            object.emit(.audioLevel(rmsDBFS: level))
+            object.emit(.audioLevel(rmsDBFS: level), to: destination)
         case .sessionFailed(let error):
-            object.emit(.sessionFailed(errorName: error.name, message: error.message))
+            object.emit(.sessionFailed(errorName: error.name, message: error.message), to: destination)
+        case .client:
+            break  // shown above, as ActiveClient
         case .outputFailed:
             break  // not a session failure: `LastError` shows it, and a notification
         case .lastError(let error):
@@ -75,12 +99,13 @@ public final class SpeechBusAdapter: Sendable {
 
     /// Each handler runs on the bus thread and must not block: it parses, hands the call to the
     /// core, and replies when the core answers.
-    static func handler(for method: SpeechMethod, core: SpeechCore) -> DBusMethod.Handler {
+    static func handler(for method: SpeechMethod, core: SpeechCore, consent: Consent?) -> DBusMethod.Handler {
         switch method {
         case .startTranscribing:
             return { call, reply in
                 do throws(DBusError) {
-                    let options = try StartOptions(parsing: call.arguments[0])
+                    var options = try StartOptions(parsing: call.arguments[0])
+                    options.client = client(of: call, consent)
                     core.start(options) { error in error.map(reply.fail) ?? reply.send([]) }
                 } catch {
                     reply.fail(error)
@@ -93,7 +118,8 @@ public final class SpeechBusAdapter: Sendable {
         case .toggleTranscribing:
             return { call, reply in
                 do throws(DBusError) {
-                    let options = try StartOptions(parsing: call.arguments[0])
+                    var options = try StartOptions(parsing: call.arguments[0])
+                    options.client = client(of: call, consent)
                     core.toggle(options) { result in
                         switch result {
                         case .success(let listening): reply.send([.boolean(listening)])
@@ -112,7 +138,62 @@ public final class SpeechBusAdapter: Sendable {
                 }
             }
         case .requestAuthorization:
-            return { _, reply in core.requestAuthorization { reply.send([.string($0.rawValue)]) } }
+            return { call, reply in
+                guard let consent, consent.identities.identity(of: call.sender)?.isSandboxed == true else {
+                    return core.requestAuthorization { reply.send([.string($0.rawValue)]) }
+                }
+                // A sandboxed app learns its own status; once allowed, the service's.
+                let queued = consent.enqueue {
+                    let status = await consent.status(of: call.sender)
+                    guard let status, status != .authorized else {
+                        return core.requestAuthorization { reply.send([.string($0.rawValue)]) }
+                    }
+                    reply.send([.string(status.rawValue)])
+                }
+                if !queued { reply.fail(SpeechError.busy("sttd is busy; try again.")) }
+            }
+        case .listAppConsent:
+            return { _, reply in
+                guard let consent else { return reply.send([.dictionary(key: .string, value: .string, [])]) }
+                let queued = consent.enqueue {
+                    do throws(DBusError) {
+                        let decisions = try await consent.store.decisions()
+                        reply.send([
+                            .dictionary(
+                                key: .string, value: .string,
+                                decisions.keys.sorted().map { .init(.string($0), .string(decisions[$0]!.rawValue)) })
+                        ])
+                    } catch {
+                        reply.fail(SpeechError.internal("cannot read the consent decisions: \(error.message)"))
+                    }
+                }
+                if !queued { reply.fail(SpeechError.busy("sttd is busy; try again.")) }
+            }
+        case .setAppConsent:
+            return { call, reply in
+                let app = call.arguments[0].string ?? ""
+                let text = call.arguments[1].string ?? ""
+                guard AppIdentity.isValidDecisionID(app) else {
+                    return reply.fail(
+                        DBusError.invalidArgs(
+                            "app_id '\(app)' is not an app id (a Flatpak id such as org.example.Notes, or snap.NAME)"))
+                }
+                guard text == "ask" || ConsentDecision(rawValue: text) != nil else {
+                    return reply.fail(DBusError.invalidArgs("decision must be 'allow', 'deny' or 'ask', not '\(text)'"))
+                }
+                guard let consent else {
+                    return reply.fail(SpeechError.internal("per-app consent is not running in this sttd"))
+                }
+                let queued = consent.enqueue {
+                    do throws(DBusError) {
+                        try await consent.store.set(ConsentDecision(rawValue: text), for: app)
+                        reply.send([])
+                    } catch {
+                        reply.fail(SpeechError.internal("cannot store the decision: \(error.message)"))
+                    }
+                }
+                if !queued { reply.fail(SpeechError.busy("sttd is busy; try again.")) }
+            }
         case .listSources:
             return { _, reply in
                 core.sources { result in
@@ -147,6 +228,15 @@ public final class SpeechBusAdapter: Sendable {
                 }
             }
         }
+    }
+
+    /// Who is starting a session: the app (its session then reports to it alone) or the host.
+    static func client(of call: DBusMethodCall, _ consent: Consent?) -> SessionClient {
+        // The gate identified the caller before its call got here.
+        guard let identity = consent?.identities.identity(of: call.sender), identity.isSandboxed else {
+            return SessionClient(name: SpeechAPI.hostClient)
+        }
+        return SessionClient(name: identity.description, privateDestination: call.sender)
     }
 
     // MARK: Property writes -> core settings

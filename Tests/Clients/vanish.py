@@ -16,6 +16,9 @@ PATH = "/io/github/sttd/Speech1"
 
 def main():
     bus = dbus.bus.BusConnection(sys.argv[1])
+    # One answered call first, so sttd has seen who this is: a caller already gone when sttd
+    # first looks at it cannot be identified and is refused (per-app consent).
+    bus.call_blocking(NAME, PATH, "org.freedesktop.DBus.Properties", "Get", "ss", (NAME, "State"))
     sent = 0
     for member in sys.argv[2:]:
         message = dbus.lowlevel.MethodCallMessage(NAME, PATH, NAME, member)

@@ -59,11 +59,15 @@ extension Integration {
             #expect(properties["Source"] == .string(""))
             #expect(properties["LastError"] == .string(""))
             #expect(properties["Version"]?.string?.isEmpty == false)
-            #expect(properties.count == 9)
+            #expect(properties["ActiveClient"] == .string(""))
+            #expect(properties.count == 10)
         }
 
         @Test func readOnlyPropertiesRefuseSet() async throws {
-            for name in ["State", "Transcript", "AuthorizationStatus", "MicrophoneStatus", "LastError", "Version"] {
+            for name in [
+                "State", "Transcript", "AuthorizationStatus", "MicrophoneStatus", "LastError", "Version",
+                "ActiveClient",
+            ] {
                 let error = await #expect(throws: DBusError.self) { try await sttd.set(name, .string("x")) }
                 #expect(error?.name == "org.freedesktop.DBus.Error.PropertyReadOnly", "\(name)")
             }

@@ -1,0 +1,188 @@
+import DBus
+import Foundation
+import Synchronization
+
+/// Who a D-Bus caller is, worked out the way xdg-desktop-portal does it: from the process the
+/// bus daemon vouches for, never from anything the caller says about itself.
+public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
+    /// An unsandboxed process of the same user: it could open the microphone through PulseAudio
+    /// anyway, so it is never asked.
+    case host
+    /// A Flatpak app, by its app id (`[Application] name=` of `/.flatpak-info`).
+    case flatpak(String)
+    /// A Snap, by its snap name (from the AppArmor label or the cgroup).
+    case snap(String)
+    /// A caller whose identity could not be read (its process is gone, another user, or the
+    /// sandbox's metadata is unreadable): treated as sandboxed, and never allowed.
+    case unknown(reason: String)
+
+    /// The app id decisions are stored under (`snap.NAME` for snaps, as xdg-desktop-portal names
+    /// them); nil for host and unknown callers.
+    public var appID: String? {
+        switch self {
+        case .flatpak(let id): id
+        case .snap(let name): "snap.\(name)"
+        case .host, .unknown: nil
+        }
+    }
+
+    public var isSandboxed: Bool { self != .host }
+
+    /// As `ActiveClient` shows it: the app id, `host`, or `unknown`.
+    public var description: String {
+        switch self {
+        case .host: "host"
+        case .flatpak, .snap: appID ?? ""
+        case .unknown: "unknown"
+        }
+    }
+
+    // MARK: Pure parsing (unit-tested)
+
+    /// The app id in a `.flatpak-info` keyfile: `name` in the `[Application]` group.
+    public static func flatpakAppID(keyfile text: String) -> String? {
+        var inApplication = false
+        for rawLine in text.split(whereSeparator: \.isNewline) {
+            let line = rawLine.trimmingCharacters(in: .whitespaces)
+            if line.isEmpty || line.hasPrefix("#") { continue }
+            if line.hasPrefix("[") {
+                inApplication = line == "[Application]"
+                continue
+            }
+            guard inApplication, let equals = line.firstIndex(of: "=") else { continue }
+            let key = line[..<equals].trimmingCharacters(in: .whitespaces)
+            guard key == "name" else { continue }
+            let value = line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
+            return isValidAppID(value) ? value : nil
+        }
+        return nil
+    }
+
+    /// The snap name in an AppArmor label such as `snap.firefox.firefox (enforce)`.
+    public static func snapName(appArmorLabel label: String) -> String? {
+        let profile = label.split(separator: " ").first.map(String.init) ?? ""
+        return snapName(dotted: profile)
+    }
+
+    /// The snap name in `/proc/PID/cgroup`: a path component `snap.NAME.APP-….scope` (systemd
+    /// puts each snap app in such a scope).
+    public static func snapName(cgroup text: String) -> String? {
+        for line in text.split(whereSeparator: \.isNewline) {
+            // Each line is `hierarchy:controllers:path`; the path may itself not contain ':'.
+            guard let path = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).last else {
+                continue
+            }
+            for component in path.split(separator: "/").reversed() {
+                if let name = snapName(dotted: String(component)) { return name }
+            }
+        }
+        return nil
+    }
+
+    private static func snapName(dotted text: String) -> String? {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count >= 3, parts[0] == "snap" else { return nil }
+        let name = String(parts[1])
+        // Snap names: lowercase letters, digits and dashes (an instance key may follow `_`).
+        let allowed = Set("abcdefghijklmnopqrstuvwxyz0123456789-_")
+        guard !name.isEmpty, name.count <= 64, name.allSatisfy(allowed.contains) else { return nil }
+        return name
+    }
+
+    /// Whether `id` is a well-formed app id (reverse-DNS, as D-Bus names: at least two elements
+    /// of letters, digits, `_` and `-`, none starting with a digit, at most 255 characters).
+    public static func isValidAppID(_ id: String) -> Bool {
+        guard !id.isEmpty, id.utf8.count <= 255 else { return false }
+        let elements = id.split(separator: ".", omittingEmptySubsequences: false)
+        guard elements.count >= 2 else { return false }
+        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
+        return elements.allSatisfy { element in
+            guard let first = element.first, !first.isNumber else { return false }
+            return element.allSatisfy(allowed.contains)
+        }
+    }
+
+    /// Whether `id` names an app decisions can be kept for: a Flatpak app id or `snap.NAME`.
+    public static func isValidDecisionID(_ id: String) -> Bool {
+        isValidAppID(id)
+    }
+
+    // MARK: Reading /proc
+
+    /// The identity of process `pid` owned by `uid`, as seen by a service running as `ownUID`.
+    /// `proc` is the procfs mount (tests point it elsewhere).
+    public static func of(pid: UInt32, uid: UInt32, ownUID: UInt32, proc: String = "/proc") -> AppIdentity {
+        guard uid == ownUID else { return .unknown(reason: "the caller runs as another user (uid \(uid))") }
+        guard pid > 0 else { return .unknown(reason: "the bus did not say which process is calling") }
+        let base = "\(proc)/\(pid)"
+        guard access(base, F_OK) == 0 else {
+            return .unknown(reason: "the calling process \(pid) is gone")
+        }
+        if let info = try? String(contentsOfFile: "\(base)/root/.flatpak-info", encoding: .utf8) {
+            guard let id = flatpakAppID(keyfile: info) else {
+                return .unknown(reason: "the Flatpak sandbox of process \(pid) names no valid app")
+            }
+            return .flatpak(id)
+        }
+        // An existing but unreadable .flatpak-info is a sandbox we cannot identify.
+        if access("\(base)/root/.flatpak-info", F_OK) == 0 {
+            return .unknown(reason: "cannot read the Flatpak metadata of process \(pid)")
+        }
+        if let label = try? String(contentsOfFile: "\(base)/attr/current", encoding: .utf8),
+            let name = snapName(appArmorLabel: label.trimmingCharacters(in: .whitespacesAndNewlines))
+        {
+            return .snap(name)
+        }
+        if let cgroup = try? String(contentsOfFile: "\(base)/cgroup", encoding: .utf8),
+            let name = snapName(cgroup: cgroup)
+        {
+            return .snap(name)
+        }
+        // Reading the root failed for a process that exists: it is not ours to inspect.
+        guard (try? FileManager.default.contentsOfDirectory(atPath: "\(base)/root")) != nil else {
+            return .unknown(reason: "cannot inspect process \(pid)")
+        }
+        return .host
+    }
+}
+
+/// Caller identities by unique bus name. Unique names are never reused on a bus, so an identity
+/// read once stays right for that connection even if its pid is later reused.
+///
+/// The remaining race: between the caller's connection and our reading of `/proc/PID`, the
+/// caller could exit and its pid be reused by another process. This dbus-daemon's credentials
+/// carry no process fd (`ProcessFD`), so it cannot be closed here; the window is one lookup.
+///
+/// Bounded: at most ``limit`` entries; when full, the oldest entry is dropped (it is read again
+/// if that caller calls again). Entries go when the bus says their name has gone.
+public final class IdentityCache: Sendable {
+    public static let limit = 512
+    private struct State {
+        var identities: [String: AppIdentity] = [:]
+        var order: [String] = []
+    }
+    private let state = Mutex(State())
+
+    public init() {}
+
+    public func identity(of uniqueName: String) -> AppIdentity? { state.withLock { $0.identities[uniqueName] } }
+
+    public func store(_ identity: AppIdentity, for uniqueName: String) {
+        state.withLock { state in
+            if state.identities.updateValue(identity, forKey: uniqueName) == nil { state.order.append(uniqueName) }
+            while state.order.count > Self.limit {
+                state.identities[state.order.removeFirst()] = nil
+            }
+        }
+    }
+
+    /// Forgets a name the bus has released.
+    public func forget(_ uniqueName: String) {
+        state.withLock { state in
+            guard state.identities.removeValue(forKey: uniqueName) != nil else { return }
+            state.order.removeAll { $0 == uniqueName }
+        }
+    }
+
+    public var count: Int { state.withLock { $0.identities.count } }
+}

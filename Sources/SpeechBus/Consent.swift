@@ -1,0 +1,406 @@
+import DBus
+import Foundation
+import Logging
+import Recognition
+import Speech
+import SpeechAPI
+import Synchronization
+
+/// Per-app consent: the gate in front of `io.github.sttd.Speech1`.
+///
+/// Host callers (unsandboxed, same user) always pass, decided on the bus thread once their
+/// identity is cached. Every call of a sandboxed caller is decided here asynchronously: its
+/// identity is read once per unique name, its remembered decision is looked up in the
+/// ``ConsentStore``, and under policy `ask` its first `StartTranscribing`, `ToggleTranscribing`
+/// or `RequestAuthorization` asks the user with a notification that has Allow and Deny actions.
+/// That work runs as child tasks of ``run()``, fed through a bounded queue (see ``queueLimit``).
+public final class Consent: Sendable {
+    /// The answer to a prompt.
+    enum Answer: Sendable, Equatable {
+        case allow, deny
+        /// Dismissed, timed out, or no notification server with actions: asked again next time.
+        case none(String)
+    }
+
+    typealias Job = @Sendable () async -> Void
+
+    /// How many decisions may wait for ``run()``; beyond it a call is refused with `Busy` at
+    /// once (a flood of calls from sandboxed apps cannot grow sttd's memory).
+    public static let queueLimit = 256
+    /// Methods that may ask the user.
+    static let asking: Set<String> = [
+        SpeechMethod.startTranscribing.name, SpeechMethod.toggleTranscribing.name,
+        SpeechMethod.requestAuthorization.name,
+    ]
+    /// Methods for host callers only.
+    static let hostOnly: Set<String> = [SpeechMethod.listAppConsent.name, SpeechMethod.setAppConsent.name]
+
+    public let policy: ConsentPolicy
+    public let store: any ConsentStore
+    public let identities = IdentityCache()
+    private let connection: DBusConnection
+    private let timeout: Duration
+    private let logger: Logger
+    private let jobs: AsyncStream<Job>
+    private let jobInput: AsyncStream<Job>.Continuation
+    private let prompts = PromptBook()
+    /// Apps being asked right now, with the callers waiting for the answer: one prompt per app.
+    private let asking = Mutex<[String: [@Sendable (Answer) -> Void]]>([:])
+    private let ownUID = getuid()
+
+    public init(
+        connection: DBusConnection, policy: ConsentPolicy, store: any ConsentStore, timeout: Duration,
+        logger: Logger
+    ) {
+        self.connection = connection
+        self.policy = policy
+        self.store = store
+        self.timeout = timeout
+        self.logger = logger
+        (jobs, jobInput) = AsyncStream<Job>.makeStream(bufferingPolicy: .bufferingOldest(Self.queueLimit))
+    }
+
+    /// The desktop's permission store when one is on the bus, else sttd's own file; logs which.
+    public static func chooseStore(connection: DBusConnection, environment: [String: String], logger: Logger) async
+        -> any ConsentStore
+    {
+        let store: any ConsentStore =
+            await PermissionStoreConsent.isAvailable(on: connection)
+            ? PermissionStoreConsent(connection: connection)
+            : FileConsentStore(path: FileConsentStore.defaultPath(environment: environment))
+        logger.info("per-app consent decisions are kept in \(store.description)")
+        return store
+    }
+
+    // MARK: The gate (bus thread)
+
+    /// The gate to install on the exported object.
+    public var gate: DBusGate {
+        { [self] access, decision in
+            if identities.identity(of: access.sender) == .host { return decision.allow() }
+            let queued = enqueue { [self] in decision.decide(await self.decision(for: access)) }
+            if !queued {
+                decision.refuse(
+                    SpeechError.busy("sttd is deciding too many calls from sandboxed apps; try again.").dbusError)
+            }
+        }
+    }
+
+    /// Queues work for ``run()``; false if the queue is full or closed.
+    @discardableResult
+    public func enqueue(_ job: @escaping @Sendable () async -> Void) -> Bool {
+        if case .enqueued = jobInput.yield(job) { return true }
+        return false
+    }
+
+    /// Ends ``run()`` once the queued work is done.
+    public func finish() { jobInput.finish() }
+
+    // MARK: Service
+
+    /// Decides queued calls, follows the notification server's answers and forgets callers that
+    /// leave the bus; returns after ``finish()`` (or when cancelled).
+    public func run() async {
+        let answers = try? await connection.signals(interface: "org.freedesktop.Notifications")
+        let departures = try? await connection.signals(
+            sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged")
+        await withDiscardingTaskGroup { group in
+            if let answers {
+                group.addTask { [prompts] in
+                    for await signal in answers { prompts.receive(signal) }
+                }
+            }
+            if let departures {
+                group.addTask { [identities] in
+                    for await signal in departures {
+                        // A unique name whose owner went away: `(name, old, "")`.
+                        guard signal.arguments.count == 3, let name = signal.arguments[0].string,
+                            name.hasPrefix(":"), signal.arguments[2].string == ""
+                        else { continue }
+                        identities.forget(name)
+                    }
+                }
+            }
+            for await job in jobs { group.addTask { await job() } }
+            group.cancelAll()
+        }
+    }
+
+    // MARK: Deciding
+
+    /// The caller's identity: cached, or read now from the bus's credentials and `/proc`.
+    public func identity(of sender: String) async -> AppIdentity {
+        if let known = identities.identity(of: sender) { return known }
+        let identity: AppIdentity
+        do {
+            let reply = try await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetConnectionCredentials", arguments: [.string(sender)], timeout: .seconds(5))
+            let credentials = reply.first?.stringVariantDictionary ?? []
+            let pid = credentials.first { $0.key == "ProcessID" }?.value.uint32
+            let uid = credentials.first { $0.key == "UnixUserID" }?.value.uint32
+            if let pid, let uid {
+                identity = AppIdentity.of(pid: pid, uid: uid, ownUID: ownUID)
+            } else {
+                identity = .unknown(reason: "the bus gave no process or user id for the caller")
+            }
+        } catch {
+            identity = .unknown(reason: "the caller's credentials could not be read (\(error.message))")
+        }
+        identities.store(identity, for: sender)
+        logger.info("caller identified", metadata: ["sender": "\(sender)", "identity": "\(identity)"])
+        return identity
+    }
+
+    /// The `AuthorizationStatus` of a sandboxed app as `RequestAuthorization` reports it to that
+    /// app; nil for host callers (they get the service's own status).
+    public func status(of sender: String) async -> RecognizerAuthorization? {
+        let identity = await identity(of: sender)
+        guard identity.isSandboxed else { return nil }
+        guard let app = identity.appID, policy != .deny else { return .restricted }
+        if policy == .allow { return .authorized }
+        switch try? await store.decision(for: app) {
+        case .allow?: return .authorized
+        case .deny?: return .denied
+        case nil: return .notDetermined
+        }
+    }
+
+    /// nil to let the call through, or the error to refuse it with.
+    func decision(for access: DBusAccess) async -> DBusError? {
+        let identity = await identity(of: access.sender)
+        guard identity.isSandboxed else { return nil }
+        let method = access.kind == .method ? access.member : nil
+        // RequestAuthorization answers with the app's status instead of failing.
+        let reportsStatus = method == SpeechMethod.requestAuthorization.name
+        if let method, Self.hostOnly.contains(method) {
+            return Self.notAuthorized(
+                "Only programs outside a sandbox can see or change which apps may use dictation; run `sttctl apps` in a terminal."
+            )
+        }
+        guard let app = identity.appID else {
+            if case .unknown(let reason) = identity, !reportsStatus {
+                return Self.notAuthorized("sttd cannot tell which app is calling (\(reason)), so it is not allowed.")
+            }
+            return nil
+        }
+        switch policy {
+        case .allow: return nil
+        case .deny:
+            return reportsStatus
+                ? nil
+                : Self.notAuthorized(
+                    "sttd is configured with consent = \"deny\": sandboxed apps such as \(app) may not use dictation.")
+        case .ask: break
+        }
+        let remembered: ConsentDecision?
+        do {
+            remembered = try await store.decision(for: app)
+        } catch {
+            logger.error(
+                "cannot read consent decisions",
+                metadata: ["store": "\(store.description)", "error": "\(error.message)"])
+            return Self.notAuthorized(
+                "sttd cannot read its consent decisions (\(error.message)); \(app) is not allowed for now.")
+        }
+        switch remembered {
+        case .allow?: return nil
+        case .deny?: return reportsStatus ? nil : Self.denied(app)
+        case nil: break
+        }
+        guard let method, Self.asking.contains(method) else {
+            return Self.notAuthorized(
+                "\(app) has not been allowed to use dictation. Starting dictation from it asks you; or run `sttctl allow \(app)`."
+            )
+        }
+        switch await ask(app) {
+        case .allow: return nil
+        case .deny: return reportsStatus ? nil : Self.denied(app)
+        case .none(let why):
+            return reportsStatus
+                ? nil
+                : Self.notAuthorized(
+                    "\(app) was not allowed to use dictation: \(why). Run `sttctl allow \(app)` to allow it.")
+        }
+    }
+
+    static func notAuthorized(_ message: String) -> DBusError {
+        DBusError(name: SpeechAPI.errorName("NotAuthorized"), message: message)
+    }
+
+    static func denied(_ app: String) -> DBusError {
+        notAuthorized("\(app) is not allowed to use dictation. Run `sttctl allow \(app)` to allow it.")
+    }
+
+    // MARK: Asking
+
+    /// Asks the user about `app` (one prompt per app however many calls wait for it); a clear
+    /// answer is remembered.
+    func ask(_ app: String) async -> Answer {
+        let first = asking.withLock { asking -> Bool in
+            guard asking[app] == nil else { return false }
+            asking[app] = []
+            return true
+        }
+        guard first else {
+            return await withCheckedContinuation { continuation in
+                let joined = asking.withLock { asking -> Bool in
+                    guard asking[app] != nil else { return false }
+                    asking[app]!.append { continuation.resume(returning: $0) }
+                    return true
+                }
+                // The prompt ended between the two looks: this call was not part of it.
+                if !joined { continuation.resume(returning: .none("the prompt had just ended")) }
+            }
+        }
+        let answer = await prompt(app)
+        if case .none(let why) = answer {
+            logger.notice("consent not given", metadata: ["app": "\(app)", "why": "\(why)"])
+        } else {
+            let decision: ConsentDecision = answer == .allow ? .allow : .deny
+            do {
+                try await store.set(decision, for: app)
+                logger.notice("consent remembered", metadata: ["app": "\(app)", "decision": "\(decision)"])
+            } catch {
+                logger.error("cannot remember consent", metadata: ["app": "\(app)", "error": "\(error.message)"])
+            }
+        }
+        let waiters = asking.withLock { $0.removeValue(forKey: app) } ?? []
+        for waiter in waiters { waiter(answer) }
+        return answer
+    }
+
+    private func notifications(_ member: String, _ arguments: [DBusValue]) async throws(DBusError) -> [DBusValue] {
+        try await connection.call(
+            destination: DesktopNotifier.destination, path: DesktopNotifier.path,
+            interface: DesktopNotifier.destination, member: member, arguments: arguments, timeout: .seconds(2))
+    }
+
+    /// Shows the Allow/Deny notification and waits for the answer, at most ``timeout``.
+    func prompt(_ app: String) async -> Answer {
+        let server: String
+        do {
+            let capabilities = try await notifications("GetCapabilities", []).first?.strings ?? []
+            guard capabilities.contains("actions") else {
+                return .none("the desktop's notifications cannot show Allow and Deny buttons")
+            }
+            // Answers count only from the server that showed the prompt: anyone may send us signals.
+            guard
+                let owner = try await connection.call(
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus", member: "GetNameOwner",
+                    arguments: [.string(DesktopNotifier.destination)]
+                ).first?.string
+            else { return .none("no notification server") }
+            server = owner
+        } catch {
+            return .none("no desktop notifications to ask you with (\(error.message))")
+        }
+        let milliseconds = Int32(
+            clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let id: UInt32
+        do {
+            let reply = try await notifications(
+                "Notify",
+                [
+                    .string("sttd"), .uint32(0), .string("audio-input-microphone"),
+                    .string("Allow \(app) to use dictation?"),
+                    .string("\(app) wants to turn on the microphone and transcribe what you say."),
+                    .strings(["allow", "Allow", "deny", "Deny"]),
+                    .vardict([("urgency", .byte(2)), ("category", .string("device"))]), .int32(milliseconds),
+                ])
+            guard let shown = reply.first?.uint32, shown != 0 else { return .none("the prompt could not be shown") }
+            id = shown
+        } catch {
+            return .none("the prompt could not be shown (\(error.message))")
+        }
+        logger.info("asking for consent", metadata: ["app": "\(app)", "notification": "\(id)"])
+        let timeout = timeout
+        let answer = await withTaskCancellationHandler {
+            await withTaskGroup(of: Void.self) { [prompts] group in
+                group.addTask {
+                    // Cancelled when the answer comes first; otherwise the prompt times out.
+                    guard (try? await eventLoopSleep(for: timeout)) != nil else { return }
+                    prompts.resolve(id, from: nil, .none("no answer within \(milliseconds) ms"))
+                }
+                let answer = await prompts.wait(for: id, from: server)
+                group.cancelAll()
+                return answer
+            }
+        } onCancel: { [prompts] in
+            // Shutting down: the waiting call is answered, and run() can end.
+            prompts.resolve(id, from: nil, .none("sttd is shutting down"))
+        }
+        if case .none = answer {
+            _ = try? await notifications("CloseNotification", [.uint32(id)])
+        }
+        return answer
+    }
+}
+
+/// Prompts waiting for the notification server's answer, by notification id.
+final class PromptBook: Sendable {
+    private struct Waiter {
+        var server: String
+        var continuation: CheckedContinuation<Consent.Answer, Never>
+    }
+    private struct State {
+        var waiting: [UInt32: Waiter] = [:]
+        // Answers that came before their waiter (bounded: the oldest are dropped).
+        var early: [(id: UInt32, server: String, answer: Consent.Answer)] = []
+    }
+    private static let earlyLimit = 16
+    private let state = Mutex(State())
+
+    /// Takes `ActionInvoked` and `NotificationClosed` signals.
+    func receive(_ signal: DBusSignalMessage) {
+        guard let id = signal.arguments.first?.uint32 else { return }
+        switch signal.member {
+        case "ActionInvoked":
+            let key = signal.arguments.count > 1 ? signal.arguments[1].string ?? "" : ""
+            let answer: Consent.Answer =
+                switch key {
+                case "allow": .allow
+                case "deny": .deny
+                default: .none("the prompt was clicked without choosing Allow or Deny")
+                }
+            resolve(id, from: signal.sender, answer)
+        case "NotificationClosed":
+            resolve(id, from: signal.sender, .none("the prompt was dismissed"))
+        default:
+            break
+        }
+    }
+
+    /// Answers the prompt `id`. `sender` nil is sttd's own timer, always believed.
+    func resolve(_ id: UInt32, from sender: String?, _ answer: Consent.Answer) {
+        let waiter = state.withLock { state -> Waiter? in
+            guard let waiter = state.waiting[id] else {
+                // "" (the timer) matches any server.
+                state.early.append((id, sender ?? "", answer))
+                if state.early.count > Self.earlyLimit { state.early.removeFirst() }
+                return nil
+            }
+            guard sender == nil || sender == waiter.server else { return nil }
+            state.waiting[id] = nil
+            return waiter
+        }
+        waiter?.continuation.resume(returning: answer)
+    }
+
+    /// Waits for the answer to prompt `id` from the notification server `server`.
+    func wait(for id: UInt32, from server: String) async -> Consent.Answer {
+        await withCheckedContinuation { continuation in
+            let early = state.withLock { state -> Consent.Answer? in
+                if let index = state.early.firstIndex(where: {
+                    $0.id == id && ($0.server == server || $0.server.isEmpty)
+                }) {
+                    return state.early.remove(at: index).answer
+                }
+                state.waiting[id] = Waiter(server: server, continuation: continuation)
+                return nil
+            }
+            if let early { continuation.resume(returning: early) }
+        }
+    }
+}

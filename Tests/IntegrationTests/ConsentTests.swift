@@ -1,0 +1,240 @@
+import DBus
+import Foundation
+import SpeechAPI
+import TestSupport
+import Testing
+
+/// Per-app consent with real sandboxed callers: `gdbus` inside `bwrap` sandboxes that look like
+/// Flatpak apps, against sttd on a private bus, with a notification server the test answers.
+@Suite("Per-app consent", .serialized, .timeLimit(.minutes(3)))
+struct ConsentTests {
+    static let notAuthorized = "io.github.sttd.Speech1.Error.NotAuthorized"
+
+    /// Prompts (notifications with actions) shown so far.
+    static func prompts(_ server: NotificationServer) -> [NotificationServer.Notification] {
+        server.notifications.filter { !$0.actions.isEmpty }
+    }
+
+    @Test func aSandboxedAppIsAskedOnceAndTheAnswerIsRemembered() async throws {
+        let fixture = try await SttdFixture()
+        let server = try await NotificationServer(busAddress: fixture.bus.address, actions: true)
+        defer { server.stop() }
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
+
+        // Without consent, reads are refused and the prompt is not shown for them; Introspect is open.
+        let read = try await notes.getSttdProperty("State")
+        #expect(read.status != 0 && read.stderr.contains(Self.notAuthorized), "\(read)")
+        let history = try await notes.callSttd("GetHistory", ["10"])
+        #expect(history.status != 0 && history.stderr.contains(Self.notAuthorized), "\(history)")
+        let introspect = try await notes.callSttd("Introspect", interface: "org.freedesktop.DBus.Introspectable")
+        #expect(introspect.status == 0 && introspect.stdout.contains("StartTranscribing"), "\(introspect)")
+        #expect(Self.prompts(server).isEmpty)
+
+        // The first Start asks, naming the app; Deny fails the call.
+        async let first = notes.callSttd("StartTranscribing", ["{}"])
+        #expect(await waitFor { Self.prompts(server).count == 1 })
+        let prompt = try #require(Self.prompts(server).first)
+        #expect(prompt.summary.contains("org.example.Notes"))
+        #expect(prompt.actions == ["allow", "Allow", "deny", "Deny"])
+        server.invokeAction("deny", on: prompt.id)
+        let denied = try await first
+        #expect(denied.status != 0, "\(denied)")
+        #expect(denied.stderr.contains(Self.notAuthorized), "\(denied)")
+        #expect(denied.stderr.contains("sttctl allow org.example.Notes"), "\(denied)")
+
+        // Asked once: the next Start fails at once, without a prompt.
+        let again = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(again.status != 0 && again.stderr.contains(Self.notAuthorized), "\(again)")
+        #expect(Self.prompts(server).count == 1)
+        // A denied app learns its status.
+        let status = try await notes.callSttd("RequestAuthorization")
+        #expect(status.stdout.contains("'denied'"), "\(status)")
+
+        // Host callers are never asked, and they alone change decisions.
+        #expect(try await fixture.property("State") == .string("idle"))
+        let apps = try fixture.sttctl(["apps"])
+        #expect(apps.status == 0 && apps.stdout.contains("org.example.Notes\tdeny"), "\(apps)")
+        let sneaky = try await notes.callSttd("SetAppConsent", ["org.example.Notes", "allow"])
+        #expect(sneaky.status != 0 && sneaky.stderr.contains(Self.notAuthorized), "\(sneaky)")
+        let allow = try fixture.sttctl(["allow", "org.example.Notes"])
+        #expect(allow.status == 0, "\(allow)")
+
+        // The decision survives a restart; the allowed app listens and is named while it does.
+        try await fixture.restartService()
+        let server2Prompts = Self.prompts(server).count
+        let started = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(started.status == 0, "\(started)")
+        #expect(try await fixture.property("ActiveClient") == .string("org.example.Notes"))
+        #expect(try await fixture.property("State") == .string("listening"))
+        // The sound server names the app the microphone is open for.
+        let pactl = try requireTool("pactl", package: "pulseaudio-utils")
+        let outputs = try run(pactl, ["list", "source-outputs"], environment: fixture.environment)
+        #expect(outputs.stdout.contains("media.name = \"Dictation for org.example.Notes\""), "\(outputs.stdout)")
+        #expect(outputs.stdout.contains("application.name = \"sttd\""))
+        // The app's session reports to the app alone: a host client does not see its TranscriptChanged.
+        let recorder = try await fixture.record()
+        let reset = try await notes.callSttd("ResetTranscript")
+        #expect(reset.status == 0, "\(reset)")
+        try await fixture.set("Language", .string("en-GB"))  // broadcast, after the reset's signal
+        #expect(await recorder.wait { _ in !recorder.changes(of: "Language").isEmpty })
+        #expect(recorder.signals(named: "TranscriptChanged").isEmpty)
+        let stopped = try await notes.callSttd("StopTranscribing")
+        #expect(stopped.status == 0, "\(stopped)")
+        #expect(try await fixture.property("ActiveClient") == .string(""))
+        #expect(Self.prompts(server).count == server2Prompts, "an allowed app is not asked")
+
+        // A host session is named `host`, and the host is never asked.
+        try await fixture.call("StartTranscribing", [.vardict([])])
+        #expect(try await fixture.property("ActiveClient") == .string("host"))
+        try await fixture.call("StopTranscribing")
+        #expect(try fixture.sttctl(["status"]).status == 0)
+        let busctl = try requireTool("busctl", package: "systemd")
+        let hostCall = try run(
+            busctl,
+            [
+                "--address=\(fixture.bus.address)", "call", SpeechAPI.busName, SpeechAPI.objectPath,
+                SpeechAPI.interface,
+                "RequestAuthorization",
+            ])
+        #expect(hostCall.status == 0 && hostCall.stdout.hasPrefix("s "), "\(hostCall)")
+        #expect(Self.prompts(server).count == server2Prompts)
+
+        // A second app is asked separately.
+        let other = try FlatpakSandbox(appID: "org.example.Other", busAddress: fixture.bus.address)
+        async let otherStart = other.callSttd("StartTranscribing", ["{}"])
+        #expect(await waitFor { Self.prompts(server).count == server2Prompts + 1 })
+        let otherPrompt = try #require(Self.prompts(server).last)
+        #expect(otherPrompt.summary.contains("org.example.Other"))
+        server.invokeAction("allow", on: otherPrompt.id)
+        let otherResult = try await otherStart
+        #expect(otherResult.status == 0, "\(otherResult)")
+        #expect(try await fixture.property("ActiveClient") == .string("org.example.Other"))
+        _ = try await other.callSttd("CancelTranscribing")
+        let listed = try fixture.sttctl(["apps"])
+        #expect(listed.stdout.contains("org.example.Other\tallow"), "\(listed)")
+        #expect(listed.stdout.contains("org.example.Notes\tallow"), "\(listed)")
+        #expect(try fixture.sttctl(["forget", "org.example.Other"]).status == 0)
+        #expect(!(try fixture.sttctl(["apps"]).stdout.contains("org.example.Other")))
+        #expect(fixture.log.contains("consent decisions are kept in sttd's own file"))
+    }
+
+    @Test func noAnswerWithinTheBoundIsNotAuthorizedAndAsksAgain() async throws {
+        let fixture = try await SttdFixture(config: "consent_timeout_ms = 1500\n")
+        let server = try await NotificationServer(busAddress: fixture.bus.address, actions: true)
+        defer { server.stop() }
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
+        let first = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(first.status != 0 && first.stderr.contains(Self.notAuthorized), "\(first)")
+        #expect(first.stderr.contains("no answer"), "\(first)")
+        let prompt = try #require(Self.prompts(server).first)
+        #expect(prompt.expireTimeout == 1500)
+        #expect(await waitFor { server.closedByService.contains(prompt.id) }, "the unanswered prompt is withdrawn")
+
+        // Not remembered: the next call asks again; dismissing it is no answer either.
+        async let second = notes.callSttd("ToggleTranscribing", ["{}"])
+        #expect(await waitFor { Self.prompts(server).count == 2 })
+        server.dismiss(Self.prompts(server)[1].id)
+        let dismissed = try await second
+        #expect(dismissed.status != 0 && dismissed.stderr.contains("dismissed"), "\(dismissed)")
+        let status = try await notes.callSttd("RequestAuthorization")
+        #expect(Self.prompts(server).count == 3, "RequestAuthorization asks too")
+        #expect(status.stdout.contains("'notDetermined'"), "\(status)")
+        #expect(try fixture.sttctl(["apps"]).stdout.contains("No app"))
+    }
+
+    @Test func aCallWaitingForAnAnswerDoesNotHoldUpShutdown() async throws {
+        let fixture = try await SttdFixture()
+        let server = try await NotificationServer(busAddress: fixture.bus.address, actions: true)
+        defer { server.stop() }
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
+        async let waiting = notes.callSttd("StartTranscribing", ["{}"])
+        #expect(await waitFor { Self.prompts(server).count == 1 })
+        fixture.sttd.signal(SIGTERM)
+        // The prompt would wait 20 s; shutdown answers it and exits well before.
+        #expect(await waitFor(timeout: .seconds(10)) { !fixture.sttd.isRunning }, "\(fixture.log)")
+        #expect(fixture.sttd.exitStatus == 0)
+        let result = try await waiting
+        #expect(result.status != 0, "\(result)")
+    }
+
+    @Test func withoutActionsOrUnderPolicyDenyNothingIsAsked() async throws {
+        let fixture = try await SttdFixture()
+        let server = try await NotificationServer(busAddress: fixture.bus.address, actions: false)
+        defer { server.stop() }
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
+        let first = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(first.status != 0 && first.stderr.contains(Self.notAuthorized), "\(first)")
+        #expect(first.stderr.contains("Allow and Deny"), "\(first)")
+        #expect(server.notifications.isEmpty)
+
+        let strict = try await SttdFixture(config: "consent = \"deny\"\n")
+        let strictNotes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: strict.bus.address)
+        let refused = try await strictNotes.callSttd("StartTranscribing", ["{}"])
+        #expect(refused.status != 0 && refused.stderr.contains(Self.notAuthorized), "\(refused)")
+        let status = try await strictNotes.callSttd("RequestAuthorization")
+        #expect(status.stdout.contains("'restricted'"), "\(status)")
+        // Even an explicit allow does not override the policy.
+        #expect(try strict.sttctl(["allow", "org.example.Notes"]).status == 0)
+        let still = try await strictNotes.callSttd("StartTranscribing", ["{}"])
+        #expect(still.status != 0 && still.stderr.contains("consent = \"deny\""), "\(still)")
+    }
+}
+
+/// Decisions in the desktop's permission store (xdg-permission-store from xdg-desktop-portal),
+/// where `flatpak permission-show sttd` finds them.
+@Suite("Consent in the desktop permission store", .serialized, .timeLimit(.minutes(2)))
+struct PermissionStoreTests {
+    static let store = "org.freedesktop.impl.portal.PermissionStore"
+
+    func lookUp(_ fixture: SttdFixture) async throws -> [String: [String]] {
+        var reply: [DBusValue] = []
+        do {
+            reply = try await fixture.client.call(
+                destination: Self.store, path: "/org/freedesktop/impl/portal/PermissionStore", interface: Self.store,
+                member: "Lookup", arguments: [.string("sttd"), .string("microphone")])
+        } catch {
+            // No entry yet is "nothing decided".
+            guard error.name.hasSuffix("NotFound") else { throw error }
+        }
+        guard case .dictionary(_, _, let entries)? = reply.first else { return [:] }
+        return Dictionary(uniqueKeysWithValues: entries.map { ($0.key.string ?? "", $0.value.strings ?? []) })
+    }
+
+    @Test func decisionsGoToThePermissionStoreWhenOneRuns() async throws {
+        let fixture = try await SttdFixture()
+        let binary = try requireFile("/usr/libexec/xdg-permission-store", package: "xdg-desktop-portal")
+        var environment = fixture.environment
+        environment["XDG_DATA_HOME"] = "\(fixture.home)/data"
+        let store = try ChildProcess(binary, [], environment: environment, stderr: "\(fixture.home)/store.log")
+        defer { store.stop() }
+        #expect(
+            await waitFor {
+                let owned = try? await fixture.client.call(
+                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                    interface: "org.freedesktop.DBus", member: "NameHasOwner", arguments: [.string(Self.store)])
+                return owned?.first?.boolean == true
+            })
+        // sttd chooses its store at startup.
+        try await fixture.restartService()
+        #expect(await waitFor { fixture.log.contains("kept in the desktop permission store") })
+
+        #expect(try fixture.sttctl(["allow", "org.example.Notes"]).status == 0)
+        #expect(try await lookUp(fixture)["org.example.Notes"] == ["yes"])
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
+        let started = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(started.status == 0, "\(started)")
+        _ = try await notes.callSttd("CancelTranscribing")
+
+        #expect(try fixture.sttctl(["deny", "org.example.Notes"]).status == 0)
+        #expect(try await lookUp(fixture)["org.example.Notes"] == ["no"])
+        let refused = try await notes.callSttd("StartTranscribing", ["{}"])
+        #expect(refused.status != 0 && refused.stderr.contains(ConsentTests.notAuthorized), "\(refused)")
+
+        // Cleared from outside, as `flatpak permission-reset` does: sttd follows the store.
+        _ = try await fixture.client.call(
+            destination: Self.store, path: "/org/freedesktop/impl/portal/PermissionStore", interface: Self.store,
+            member: "DeletePermission",
+            arguments: [.string("sttd"), .string("microphone"), .string("org.example.Notes")])
+        #expect(try fixture.sttctl(["apps"]).stdout.contains("No app"))
+    }
+}
