@@ -26,11 +26,16 @@ public final class SpeechBusAdapter: Sendable {
     /// Where the current session's signals go: a sandboxed app's unique name, or nil to broadcast.
     /// Written and read only from the core's events, in order.
     private let privateDestination = Mutex<String?>(nil)
+    /// The settings the properties show. A settings event changes only the fields that changed:
+    /// the binding already holds a value a client just set, and an event of an earlier `Set`
+    /// (carrying the old value of another field) must not put the old value back for a moment.
+    private let shownSettings: Mutex<SpeechSettings>
 
     /// Declares the object around a core; `settings` are the writable properties' first values.
     /// With `consent`, its gate guards the interface and sessions are labelled with their app.
     public init(core: SpeechCore, settings: SpeechSettings, consent: Consent? = nil) throws(DBusError) {
         self.core = core
+        shownSettings = Mutex(settings)
         let interface = SpeechAPI.declaration(
             backend: settings.backend.rawValue, language: settings.language, source: settings.source,
             serve: { method in Self.handler(for: method, core: core, consent: consent) },
@@ -49,6 +54,15 @@ public final class SpeechBusAdapter: Sendable {
             case .state(.idle):
                 privateDestination.withLock { $0 = nil }
                 object.set(.activeClient, "")
+            case .settings(let settings):
+                let before = shownSettings.withLock { shown in
+                    defer { shown = settings }
+                    return shown
+                }
+                if settings.backend != before.backend { object.set(.backend, settings.backend.rawValue) }
+                if settings.language != before.language { object.set(.language, settings.language) }
+                if settings.source != before.source { object.set(.source, settings.source) }
+                return
             default:
                 break
             }
