@@ -19,14 +19,23 @@ extension Integration {
             for recording in try LibriVox.recordings() {
                 let recorder = try await sttd.record()
                 try await sttd.call("StartTranscribing", [.vardict([])])
-                try sttd.pulse.play(recording.path)
+                // The null sink's monitor misses the first ~100 ms of a stream that starts while it
+                // runs: half a second of silence first (for both tools), as before a person speaks.
+                let file = "\(sttd.home)/\(recording.id).wav"
+                try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recording.path), to: file)
+                try sttd.pulse.play(file)
                 // Trailing silence lets the endpointer close the last utterance, as it would for a
                 // person; stopping before that would flush it a little earlier or later each run.
+                // Only an end of speech after the file has played counts: the engine runs behind
+                // the audio, and an earlier pause's end would stop before the last words arrive.
+                let played = recorder.signals.count
                 await recorder.wait(timeout: .seconds(3)) { signals in
-                    signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
+                    signals.dropFirst(played).contains {
+                        $0.member == "SpeechActivity" && $0.arguments.first == .boolean(false)
+                    }
                 }
                 let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
-                let expected = try run(reference, ["-infile", recording.path, "-logfn", "/dev/null"]).stdout
+                let expected = try run(reference, ["-infile", file, "-logfn", "/dev/null"]).stdout
 
                 let ours = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(transcript))
                 let theirs = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(expected))
