@@ -12,6 +12,19 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+/// Threads of a test runner (or a service) may block signals; the child must not inherit that:
+/// an empty mask and default dispositions, plus `extra_flags`.
+static void reset_signals(posix_spawnattr_t *attributes, short extra_flags) {
+    sigset_t empty, all;
+    sigemptyset(&empty);
+    sigfillset(&all);
+    sigdelset(&all, SIGKILL);
+    sigdelset(&all, SIGSTOP);
+    posix_spawnattr_setsigmask(attributes, &empty);
+    posix_spawnattr_setsigdefault(attributes, &all);
+    posix_spawnattr_setflags(attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | extra_flags);
+}
+
 int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                const char *stdin_path, const char *stdout_path, const char *stderr_path) {
     posix_spawn_file_actions_t actions;
@@ -30,15 +43,7 @@ int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const env
     // connection open after its owner closed it.
     posix_spawn_file_actions_addclosefrom_np(&actions, 3);
 
-    // Threads of a test runner (or a service) may block signals; the child must not inherit that.
-    sigset_t empty, all;
-    sigemptyset(&empty);
-    sigfillset(&all);
-    sigdelset(&all, SIGKILL);
-    sigdelset(&all, SIGSTOP);
-    posix_spawnattr_setsigmask(&attributes, &empty);
-    posix_spawnattr_setsigdefault(&attributes, &all);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    reset_signals(&attributes, 0);
 
     result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
     posix_spawnattr_destroy(&attributes);
@@ -63,16 +68,9 @@ int sttd_spawn_fds(pid_t *pid, const char *path, char *const argv[], char *const
     posix_spawn_file_actions_adddup2(&actions, stderr_fd, 2);
     posix_spawn_file_actions_addclosefrom_np(&actions, 3);
 
-    sigset_t empty, all;
-    sigemptyset(&empty);
-    sigfillset(&all);
-    sigdelset(&all, SIGKILL);
-    sigdelset(&all, SIGSTOP);
-    posix_spawnattr_setsigmask(&attributes, &empty);
-    posix_spawnattr_setsigdefault(&attributes, &all);
     // Its own process group: a timeout kills the tool and anything it started.
     posix_spawnattr_setpgroup(&attributes, 0);
-    posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
+    reset_signals(&attributes, POSIX_SPAWN_SETPGROUP);
 
     result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
     posix_spawnattr_destroy(&attributes);
