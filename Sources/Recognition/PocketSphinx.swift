@@ -251,13 +251,17 @@ final class DecoderThread: Sendable {
         case begin(LocalSession)
         case audio(LocalSession, AudioChunk)
         case finish(LocalSession)
+        /// The pending utterance becomes a final now; the session goes on.
+        case finalize(LocalSession)
         /// Ends the session without a last final: `cancel()` (error nil) or a backlog overflow.
         case stop(LocalSession, RecognitionError?)
 
         var session: LocalSession? {
             switch self {
             case .load: nil
-            case .begin(let session), .audio(let session, _), .finish(let session), .stop(let session, _): session
+            case .begin(let session), .audio(let session, _), .finish(let session), .finalize(let session),
+                .stop(let session, _):
+                session
             }
         }
     }
@@ -370,6 +374,13 @@ final class LocalSession: RecognitionSession {
         }
     }
 
+    func finalize() {
+        state.withLock { state in
+            guard case .active = state.phase else { return }
+            decoder.queue.push(.finalize(self))
+        }
+    }
+
     func cancel() {
         state.withLock { state in
             switch state.phase {
@@ -459,6 +470,9 @@ private final class DecoderWorker {
                     continue
                 }
                 end(session, lastFinal: true)
+            case .finalize(let session):
+                guard session === current, let decoder else { continue }
+                finalize(decoder, session)
             case .stop(let session, let error):
                 guard session === current else {
                     // Stopped before its begin came up (the stop removed it) or already ended.
@@ -503,11 +517,24 @@ private final class DecoderWorker {
         }
     }
 
-    private func finalResult(_ text: String) -> RecognitionResult {
+    /// Ends the utterance in progress (if any) with a final marked `fromFinalize`, empty when
+    /// nothing was pending, and starts listening again.
+    private func finalize(_ decoder: Decoder, _ session: LocalSession) {
+        decoder.endUtterance()
+        var result = finalResult(utteranceStarted ? decoder.hypothesis : "", fromFinalize: true)
+        if !utteranceStarted { result.audioStart = result.audioEnd }
+        session.events.deliver(.result(result))
+        if utteranceStarted { session.events.deliver(.speechActivity(false)) }
+        decoder.startUtterance()
+        utteranceStarted = false
+        lastInterim = ""
+    }
+
+    private func finalResult(_ text: String, fromFinalize: Bool = false) -> RecognitionResult {
         let rate = Double(AudioFormat.sampleRate)
         return RecognitionResult(
             text: text, isFinal: true, audioStart: Double(utteranceStart) / rate,
-            audioEnd: Double(samplesProcessed) / rate)
+            audioEnd: Double(samplesProcessed) / rate, fromFinalize: fromFinalize)
     }
 
     /// Ends the current session: the last final only when finishing (a stop drops the pending

@@ -8,12 +8,17 @@ public struct RecognitionResult: Sendable, Equatable {
     /// Where the result's audio starts and ends, in seconds from the session's start, if known.
     public var audioStart: Double?
     public var audioEnd: Double?
+    /// The final that answers a ``RecognitionSession/finalize()`` (Deepgram's `from_finalize`).
+    public var fromFinalize: Bool
 
-    public init(text: String, isFinal: Bool, audioStart: Double? = nil, audioEnd: Double? = nil) {
+    public init(
+        text: String, isFinal: Bool, audioStart: Double? = nil, audioEnd: Double? = nil, fromFinalize: Bool = false
+    ) {
         self.text = text
         self.isFinal = isFinal
         self.audioStart = audioStart
         self.audioEnd = audioEnd
+        self.fromFinalize = fromFinalize
     }
 }
 
@@ -110,6 +115,11 @@ public protocol RecognitionSession: Sendable {
 
     /// No more audio: recognize what was sent, deliver the last finals, then let ``run()`` return.
     func finish()
+
+    /// Recognize all audio sent so far without ending the session (Deepgram's `Finalize`): the
+    /// pending speech becomes finals, and exactly one final result per call has `fromFinalize`
+    /// set (the last one it produced, or an empty one when nothing was pending).
+    func finalize()
 
     /// Stop at once: ``run()`` returns soon and pending interim text is dropped.
     func cancel()

@@ -207,6 +207,8 @@ final class FakeSession: RecognitionSession {
         thread.start()
     }
 
+    func finalize() { emit(.result(RecognitionResult(text: "", isFinal: true, fromFinalize: true))) }
+
     func cancel() { end(.success(())) }
 
     private func end(_ outcome: Result<Void, RecognitionError>) {

@@ -37,6 +37,8 @@ final class DeepgramSession: RecognitionSession {
         /// The drain owns pacing: it has been woken and has not yet found the ledger sent out.
         var draining = false
         var finishing = false
+        /// ``finalize()`` calls whose Finalize waits for the audio before it to go out.
+        var finalizesPending = 0
         var closingSent = false
         var cancelled = false
         /// Set when ``run()`` has returned: nothing more goes out.
@@ -155,6 +157,15 @@ final class DeepgramSession: RecognitionSession {
         if wake { drainWakeup.signal() }
     }
 
+    func finalize() {
+        let wake = state.withLock { state -> Bool in
+            guard !state.finishing, !state.isStopped else { return false }
+            state.finalizesPending += 1
+            return Self.startPump(&state)
+        }
+        if wake { drainWakeup.signal() }
+    }
+
     func cancel() {
         state.withLock { state in
             state.cancelled = true
@@ -268,6 +279,10 @@ final class DeepgramSession: RecognitionSession {
             state.pacer.sent(samples: samples.count)
             connection.send(binary: samples)
         }
+        while state.finalizesPending > 0 {
+            state.finalizesPending -= 1
+            connection.send(text: DeepgramProtocol.finalize)
+        }
         if state.finishing, !state.closingSent {
             state.closingSent = true
             connection.send(text: DeepgramProtocol.finalize)
@@ -337,7 +352,7 @@ final class DeepgramSession: RecognitionSession {
                 guard state.ledger.acceptFinal(start: results.start, duration: results.duration) else { return nil }
                 return RecognitionResult(
                     text: results.transcript, isFinal: true, audioStart: state.ledger.sessionTime(results.start),
-                    audioEnd: state.ledger.sessionTime(results.end))
+                    audioEnd: state.ledger.sessionTime(results.end), fromFinalize: results.fromFinalize)
             }
             guard options.interimResults, !results.transcript.isEmpty else { return nil }
             return RecognitionResult(text: results.transcript, isFinal: false)

@@ -204,12 +204,16 @@ final class SherpaThread: Sendable {
         case begin(SherpaSession)
         case audio(SherpaSession, AudioChunk)
         case finish(SherpaSession)
+        /// The pending utterance becomes a final now; the session goes on.
+        case finalize(SherpaSession)
         /// Ends the session without a last final: `cancel()` (error nil) or a backlog overflow.
         case stop(SherpaSession, RecognitionError?)
 
         var session: SherpaSession {
             switch self {
-            case .begin(let session), .audio(let session, _), .finish(let session), .stop(let session, _): session
+            case .begin(let session), .audio(let session, _), .finish(let session), .finalize(let session),
+                .stop(let session, _):
+                session
             }
         }
     }

@@ -86,6 +86,13 @@ final class SherpaSession: RecognitionSession {
         }
     }
 
+    func finalize() {
+        state.withLock { state in
+            guard case .active = state.phase else { return }
+            thread.queue.push(.finalize(self))
+        }
+    }
+
     func cancel() {
         state.withLock { state in
             switch state.phase {
@@ -171,6 +178,9 @@ final class SherpaWorker: @unchecked Sendable {
         case .finish(let session):
             guard session === current else { return session.complete(.success(())) }
             end(session, lastFinal: true)
+        case .finalize(let session):
+            guard session === current, let engine else { return }
+            finalize(engine, session)
         case .stop(let session, let error):
             guard session === current else { return session.complete(error.map { .failure($0) } ?? .success(())) }
             end(session, lastFinal: false, error: error)
@@ -275,6 +285,27 @@ final class SherpaWorker: @unchecked Sendable {
             .result(
                 RecognitionResult(
                     text: text, isFinal: true, audioStart: seconds(utterance.start), audioEnd: seconds(utterance.end))))
+    }
+
+    /// The pending utterance (if any) as a final marked `fromFinalize`, empty when nothing was
+    /// pending; segmentation starts afresh.
+    private func finalize(_ engine: SherpaEngine, _ session: SherpaSession) {
+        let wasInSpeech = segmenter.inSpeech
+        let position = segmenter.position
+        let pending = segmenter.flush()
+        let text =
+            pending.map { pending in
+                speculative.flatMap { $0.samples == pending.samples.count ? $0.text : nil }
+                    ?? engine.decode(pending.samples)
+            } ?? ""
+        speculative = nil
+        lastInterim = ""
+        session.events.deliver(
+            .result(
+                RecognitionResult(
+                    text: text, isFinal: true, audioStart: seconds(pending?.start ?? position),
+                    audioEnd: seconds(pending?.end ?? position), fromFinalize: true)))
+        if wasInSpeech { session.events.deliver(.speechActivity(false)) }
     }
 
     private func seconds(_ samples: Int) -> Double { Double(samples) / Double(AudioFormat.sampleRate) }

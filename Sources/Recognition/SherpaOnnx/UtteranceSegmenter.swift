@@ -76,6 +76,9 @@ struct UtteranceSegmenter {
         return Utterance(samples: Array(samples[..<max(0, keep)]), start: start)
     }
 
+    /// Session samples taken so far.
+    var position: Int { processed + pending.count }
+
     /// Samples in the current utterance.
     var length: Int { inSpeech ? samples.count : 0 }
 
