@@ -101,7 +101,7 @@ struct SherpaOnnxTests {
         for (earlier, later) in zip(finals, finals.dropFirst()) {
             #expect((earlier.audioEnd ?? 0) <= (later.audioStart ?? 0))
         }
-        // Interims: within an utterance, at least a second of new audio apart (the stated policy).
+        // Interims: within an utterance, at least 1.5 s of new audio apart (the stated policy).
         let results = recorder.results
         var previousInterim: RecognitionResult?
         var interims = 0
@@ -112,12 +112,13 @@ struct SherpaOnnxTests {
             }
             interims += 1
             if let previous = previousInterim, previous.audioStart == result.audioStart {
-                #expect((result.audioEnd ?? 0) - (previous.audioEnd ?? 0) >= 0.99)
+                #expect((result.audioEnd ?? 0) - (previous.audioEnd ?? 0) >= 1.49)
             }
             previousInterim = result
         }
-        // Five sentences of 3 to 7 s: at least one interim in each (the first comes after 1 s).
-        #expect(interims >= 5, "interims: \(interims)")
+        // 25 s of speech, and interims take at most a quarter of real time (a decode here takes
+        // about a second): some, never one per chunk.
+        #expect(interims >= 2, "interims: \(interims)")
         var transcript = Transcript()
         for result in results { _ = transcript.apply(result) }
         #expect(transcript.finalText == finals.map(\.text).joined(separator: " "))

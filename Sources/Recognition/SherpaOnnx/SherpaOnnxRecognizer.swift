@@ -46,20 +46,18 @@ public struct SherpaSettings: Sendable, Equatable {
 }
 
 /// The offline engine on sherpa-onnx (Moonshine base-en by default): utterances cut by an
-/// energy VAD are decoded whole on a thread of its own.
+/// energy VAD are decoded whole by decoder threads that every session shares.
 ///
 /// - Finals: each utterance is decoded when it ends. The decode starts 240 ms into the silence
 ///   after speech (during the 600 ms hangover), so an utterance that really ended has its final
-///   ready when the hangover runs out; speech that resumes throws that decode away. Utterances
-///   longer than 20 s are split at their quietest 100 ms.
-/// - Interims (when asked for): the utterance so far is re-decoded after at least 1 s of new
-///   audio *and* at least four times as much new audio as the last decode took, so interim
-///   decoding uses at most a quarter of real time however long the utterance grows; none is decoded while the
-///   queue holds more than 0.5 s of audio (the decoder is behind). Finals are never skipped.
+///   ready when the hangover runs out; speech that resumes throws that decode away. An utterance
+///   of 2 s or more ends at that pause; one longer than 20 s is split at its quietest 100 ms.
+/// - Interims (when asked for): see ``SherpaSession/minInterimSpacing``; under load they are
+///   skipped (``SherpaDecoders``), finals never.
 /// - Memory: the model loads when a session starts (audio queues meanwhile, so no first words
 ///   are lost), stays while sessions come and go, and is unloaded `unloadAfter` after the last.
-/// - Backlog: as pocketsphinx's, at most `maxQueuedAudio` of audio may wait; past it the
-///   session fails with a clear error and its finals so far stand.
+/// - Backlog: at most `maxQueuedAudio` of a session's audio may wait; past it that session fails
+///   with a clear error and its finals so far stand.
 public final class SherpaOnnxRecognizer: Recognizer {
     let settings: SherpaSettings
     private let decoders: SherpaDecoders

@@ -31,9 +31,11 @@ final class SherpaSession: RecognitionSession {
         var runners: [Runner] = []
     }
 
-    /// Interims: at least 1 s of new audio apart, and four times the last decode's time (so they
-    /// take at most a quarter of real time however long the utterance grows).
-    static let minInterimSpacing = AudioFormat.sampleRate
+    /// Interims: at least 1.5 s of new audio apart, and four times the last interim decode's time,
+    /// also across utterances (so they take at most a quarter of real time, however long the
+    /// utterance). Under 1.5 s Moonshine often invents words; a decode costs about 65 ms per
+    /// token, so a short interim costs about as much as the final.
+    static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
 
     // Decoder-side state: touched only by the decoder thread that holds the session (see
     // SherpaDecoders), never by two threads at once.
@@ -77,7 +79,6 @@ final class SherpaSession: RecognitionSession {
                 switch event {
                 case .started:
                     input.lastInterimAt = 0
-                    input.interimSpacing = Self.minInterimSpacing
                     work.append(.event(.speechActivity(true)))
                 case .paused:
                     // Decode during the hangover: if speech does not resume, this is the final.
