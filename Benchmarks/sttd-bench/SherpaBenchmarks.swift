@@ -154,21 +154,23 @@ extension Benchmarks {
                     let recorder = try await sttd.record()
                     try await sttd.call("StartTranscribing", [.vardict([])])
                     try sttd.pulse.play(clip.path)
-                    let played = ContinuousClock.now
-                    // Polled every 2 ms: the final's arrival, measured from the end of the last word.
-                    var arrived: ContinuousClock.Instant?
-                    while ContinuousClock.now - played < .seconds(10) {
-                        if recorder.signals(named: "TranscriptChanged").contains(where: {
-                            $0.arguments.last == .boolean(true)
-                        }) {
-                            arrived = ContinuousClock.now
-                            break
+                    let endOfSpeech = ContinuousClock.now - .milliseconds(Int64(clip.trailingSilence * 1000))
+                    // The final holding the last words is the last one before speech activity ends
+                    // after the recording (a long recording may have had finals before).
+                    let ended = await recorder.wait(timeout: .seconds(15)) { _ in
+                        recorder.arrivals.contains {
+                            $0.at > endOfSpeech && $0.signal.member == "SpeechActivity"
+                                && $0.signal.arguments.first == .boolean(false)
                         }
-                        try await Task.sleep(for: .milliseconds(2))
+                    }
+                    // Time for the last decode (about 2 s for a 7 s sentence), so Stop hurries nothing.
+                    try await Task.sleep(for: .milliseconds(2_500))
+                    let last = recorder.arrivals.last {
+                        $0.signal.member == "TranscriptChanged" && $0.signal.arguments.last == .boolean(true)
                     }
                     _ = try await sttd.call("StopTranscribing")
-                    guard let arrived else { throw BenchError("no final within 10 s of the end of \(clip.path)") }
-                    latencies.append(milliseconds(arrived - played) + clip.trailingSilence * 1000)
+                    guard ended, let last else { throw BenchError("no final within 15 s of the end of \(clip.path)") }
+                    latencies.append(milliseconds(last.at - endOfSpeech))
                 }
             }
             return latencies

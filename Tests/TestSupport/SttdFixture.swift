@@ -118,15 +118,18 @@ public final class SttdFixture: @unchecked Sendable {
 
 /// Collects signals in arrival order.
 public final class SignalRecorder: Sendable {
-    private let received = Mutex<[DBusSignalMessage]>([])
+    private let received = Mutex<[(signal: DBusSignalMessage, at: ContinuousClock.Instant)]>([])
 
     func consume(_ stream: AsyncStream<DBusSignalMessage>) {
         Task { [self] in
-            for await signal in stream { received.withLock { $0.append(signal) } }
+            for await signal in stream { received.withLock { $0.append((signal, .now)) } }
         }
     }
 
-    public var signals: [DBusSignalMessage] { received.withLock { $0 } }
+    public var signals: [DBusSignalMessage] { received.withLock { $0.map(\.signal) } }
+
+    /// The signals with the moment each arrived here.
+    public var arrivals: [(signal: DBusSignalMessage, at: ContinuousClock.Instant)] { received.withLock { $0 } }
 
     public func signals(named member: String) -> [DBusSignalMessage] { signals.filter { $0.member == member } }
 

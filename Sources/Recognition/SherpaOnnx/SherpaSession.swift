@@ -31,11 +31,13 @@ final class SherpaSession: RecognitionSession {
         var runners: [Runner] = []
     }
 
-    /// Interims: at least 1.5 s of new audio apart, and four times the last interim decode's time,
-    /// also across utterances (so they take at most a quarter of real time, however long the
-    /// utterance). Under 1.5 s Moonshine often invents words; a decode costs about 65 ms per
-    /// token, so a short interim costs about as much as the final.
-    static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
+    /// Interims: at least 2 s of new audio apart, and eight times the last interim decode's time,
+    /// also across utterances (so after the first they take at most an eighth of real time, however
+    /// long the utterance). A decode costs about 65 ms per token however short the audio, and
+    /// under 1.5 s Moonshine often invents words, so an early interim costs about as much as the
+    /// final and says little.
+    static let minInterimSpacing = AudioFormat.sampleRate * 2
+    static let interimCostFactor = 8
 
     // Decoder-side state: touched only by the decoder thread that holds the session (see
     // SherpaDecoders), never by two threads at once.
@@ -96,9 +98,8 @@ final class SherpaSession: RecognitionSession {
             if interimResults, input.segmenter.inSpeech, !input.segmenter.isPaused,
                 input.segmenter.length - input.lastInterimAt >= input.interimSpacing
             {
-                let utterance = input.segmenter.current
-                input.lastInterimAt = utterance.samples.count
-                work.append(.interim(utterance))
+                input.lastInterimAt = input.segmenter.length
+                work.append(.interim(input.segmenter.currentAtWordBoundary))
             }
             if !work.isEmpty { enqueue(work, &input) }
         }
@@ -148,9 +149,9 @@ final class SherpaSession: RecognitionSession {
         }
     }
 
-    /// The decoders report how long an interim took: the next waits for four times as much audio.
+    /// The decoders report how long an interim took: the next waits for eight times as much audio.
     func interimDecoded(took: Duration) {
-        input.withLock { $0.interimSpacing = max(Self.minInterimSpacing, 4 * AudioFormat.samples(in: took)) }
+        input.withLock { $0.interimSpacing = max(Self.minInterimSpacing, Self.interimCostFactor * AudioFormat.samples(in: took)) }
     }
 
     /// Called by the decoders after the session's last event; the first outcome counts.

@@ -79,6 +79,18 @@ struct UtteranceSegmenter {
         return Utterance(samples: Array(samples[..<max(0, keep)]), start: start)
     }
 
+    /// The utterance so far cut at its quietest 20 ms of the last 300 ms, most likely between
+    /// words: a prefix that ends inside a word makes Moonshine invent (and spend time on) more.
+    var currentAtWordBoundary: Utterance {
+        let utterance = current
+        let frames = utterance.samples.count / Self.frame
+        let window = min(15, frames, energies.count)
+        guard window > 1 else { return utterance }
+        var quietest = frames - 1
+        for frame in (frames - window)..<frames where energies[frame] < energies[quietest] { quietest = frame }
+        return Utterance(samples: Array(utterance.samples[..<((quietest + 1) * Self.frame)]), start: utterance.start)
+    }
+
     /// Session samples taken so far.
     var position: Int { processed + pending.count }
 
