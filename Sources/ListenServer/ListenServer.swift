@@ -29,7 +29,7 @@ public struct ListenServerSettings: Sendable {
 
     public init(
         host: String, port: Int, key: APIKey? = nil, tls: TLSConfiguration? = nil, maxStreams: Int = 4,
-        idleTimeout: Duration = .seconds(10), flushTimeout: Duration = .seconds(10),
+        idleTimeout: Duration = .seconds(10), flushTimeout: Duration = .seconds(30),
         model: ServerMessages.ModelInfo = .init(name: "sttd-local")
     ) {
         self.host = host

@@ -98,7 +98,7 @@ struct ListenStream {
                 }
                 group.addTask {
                     await Self.read(
-                        inbound, session: session, out: out, signal: signal, clock: clock)
+                        inbound, session: session, out: out, signal: signal, clock: clock, logger: logger)
                 }
                 group.addTask {
                     // Watchdog: Deepgram's NET-0001 after `idleTimeout` without audio or text.
@@ -235,7 +235,7 @@ struct ListenStream {
     private static func read(
         _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, session: any RecognitionSession,
         out: AsyncStream<WebSocketFrame>.Continuation, signal: AsyncStream<Signal>.Continuation,
-        clock: StreamClock
+        clock: StreamClock, logger: Logger
     ) async {
         var carry: UInt8?
         var closing = false
@@ -253,15 +253,19 @@ struct ListenStream {
                 case .text:
                     clock.touch()
                     let text = String(buffer: frame.unmaskedData)
-                    switch ServerMessages.decodeClient(text) {
+                    let message = ServerMessages.decodeClient(text)
+                    switch message {
                     case .keepAlive:
-                        break
+                        logger.trace("listen stream control", metadata: ["type": "KeepAlive"])
                     case .finalize:
+                        logger.debug("listen stream control", metadata: ["type": "Finalize"])
                         if !closing { session.finalize() }
                     case .closeStream:
+                        logger.debug("listen stream control", metadata: ["type": "CloseStream"])
                         closing = true
                         signal.yield(.closeStream)
                     case .unknown(let description):
+                        logger.debug("listen stream: unknown message", metadata: ["error": "\(description)"])
                         out.yield(Frames.text(ServerMessages.schemaError(description: description, original: text)))
                     }
                 case .ping:
