@@ -21,6 +21,9 @@ public struct SherpaSettings: Sendable, Equatable {
     /// onnxruntime threads per decode. One: a second thread halves no latency worth its CPU on 2
     /// cores (measured: 0.28 → 0.56 CPU s per audio s).
     public var threads: Int32 = 1
+    /// Decodes run at once, for different sessions (D-Bus dictation, server streams): one per
+    /// core, at most 4. A single session uses one at a time.
+    public var decoderThreads = min(4, max(1, ProcessInfo.processInfo.activeProcessorCount))
 
     public init(
         libraryPath: String?, sessionConfigPath: String?, model: SherpaModel.Kind, modelDirectory: String?,
@@ -43,35 +46,36 @@ public struct SherpaSettings: Sendable, Equatable {
 }
 
 /// The offline engine on sherpa-onnx (Moonshine base-en by default): utterances cut by an
-/// energy VAD are decoded whole on a thread of its own.
+/// energy VAD are decoded whole by decoder threads that every session shares.
 ///
 /// - Finals: each utterance is decoded when it ends. The decode starts 240 ms into the silence
 ///   after speech (during the 600 ms hangover), so an utterance that really ended has its final
-///   ready when the hangover runs out; speech that resumes throws that decode away. Utterances
-///   longer than 20 s are split at their quietest 100 ms.
-/// - Interims (when asked for): the utterance so far is re-decoded after at least 1 s of new
-///   audio *and* at least four times as much new audio as the last decode took, so interim
-///   decoding uses at most a quarter of real time however long the utterance grows; none is decoded while the
-///   queue holds more than 0.5 s of audio (the decoder is behind). Finals are never skipped.
+///   ready when the hangover runs out; speech that resumes throws that decode away. An utterance
+///   of 2 s or more ends at that pause; one longer than 20 s is split at its quietest 100 ms.
+/// - Interims (when asked for): see ``SherpaSession/minInterimSpacing``; under load they are
+///   skipped (``SherpaDecoders``), finals never.
 /// - Memory: the model loads when a session starts (audio queues meanwhile, so no first words
 ///   are lost), stays while sessions come and go, and is unloaded `unloadAfter` after the last.
-/// - Backlog: as pocketsphinx's, at most `maxQueuedAudio` of audio may wait; past it the
-///   session fails with a clear error and its finals so far stand.
+/// - Backlog: at most `maxQueuedAudio` of a session's audio may wait; past it that session fails
+///   with a clear error and its finals so far stand.
 public final class SherpaOnnxRecognizer: Recognizer {
     let settings: SherpaSettings
-    private let worker: SherpaThread
+    private let decoders: SherpaDecoders
     private let logger: Logger
 
     public init(settings: SherpaSettings, logger: Logger) {
         self.settings = settings
         self.logger = logger
-        worker = SherpaThread(settings: settings, logger: logger)
+        decoders = SherpaDecoders(settings: settings, shared: SherpaShared(), logger: logger)
+        decoders.start(threads: settings.decoderThreads)
     }
 
+    deinit { decoders.close() }
+
     /// Whether the model is in memory now.
-    public var isModelLoaded: Bool { worker.shared.loaded.load(ordering: .relaxed) }
+    public var isModelLoaded: Bool { decoders.shared.loaded.load(ordering: .relaxed) }
     /// How many times the model was loaded so far.
-    public var loadCount: Int { worker.shared.loads.load(ordering: .relaxed) }
+    public var loadCount: Int { decoders.shared.loads.load(ordering: .relaxed) }
 
     /// Everything short of loading the model: the library opens, the model's files are there, and
     /// the same files did not fail to load before.
@@ -86,7 +90,7 @@ public final class SherpaOnnxRecognizer: Recognizer {
                 .backendUnavailable, "The Moonshine model is not installed. \(SherpaInstall.installHint)")
         }
         let model = try SherpaModel(kind: settings.model, directory: directory)
-        if let failure = worker.shared.knownFailure(model) { throw failure }
+        if let failure = decoders.shared.knownFailure(model) { throw failure }
         return (library, model)
     }
 
@@ -104,7 +108,7 @@ public final class SherpaOnnxRecognizer: Recognizer {
     ) async throws(RecognitionError) -> any RecognitionSession {
         let (library, model) = try preflight()
         // Returns at once: the model loads on the decoder thread while the session's audio queues.
-        return worker.begin(library: library, model: model, interimResults: options.interimResults, events: events)
+        return decoders.begin(library: library, model: model, interimResults: options.interimResults, events: events)
     }
 
     /// Decodes `samples` (16 kHz, -1…1) in one piece with a model of its own, as sherpa-onnx's
@@ -198,49 +202,3 @@ final class SherpaShared: Sendable {
     }
 }
 
-/// The thread that owns the loaded model and the queue of session work.
-final class SherpaThread: Sendable {
-    enum Job: Sendable {
-        case begin(SherpaSession)
-        case audio(SherpaSession, AudioChunk)
-        case finish(SherpaSession)
-        /// The pending utterance becomes a final now; the session goes on.
-        case finalize(SherpaSession)
-        /// Ends the session without a last final: `cancel()` (error nil) or a backlog overflow.
-        case stop(SherpaSession, RecognitionError?)
-
-        var session: SherpaSession {
-            switch self {
-            case .begin(let session), .audio(let session, _), .finish(let session), .finalize(let session),
-                .stop(let session, _):
-                session
-            }
-        }
-    }
-
-    let queue: JobQueue<Job>
-    let shared = SherpaShared()
-    let logger: Logger
-
-    init(settings: SherpaSettings, logger: Logger) {
-        self.logger = logger
-        let queue = JobQueue<Job>(capacity: max(1, AudioFormat.samples(in: settings.maxQueuedAudio)))
-        self.queue = queue
-        // The worker holds the queue, not this object, so dropping the recognizer ends the thread.
-        let worker = SherpaWorker(queue: queue, settings: settings, shared: shared, logger: logger)
-        let thread = Thread { worker.run() }
-        thread.name = "sherpa-onnx"
-        thread.start()
-    }
-
-    deinit { queue.close() }
-
-    func begin(
-        library: SherpaLibrary, model: SherpaModel, interimResults: Bool, events: any RecognitionEventSink
-    ) -> SherpaSession {
-        let session = SherpaSession(
-            thread: self, library: library, model: model, interimResults: interimResults, events: events)
-        queue.push(.begin(session))
-        return session
-    }
-}

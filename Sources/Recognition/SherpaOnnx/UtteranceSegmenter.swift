@@ -37,6 +37,8 @@ struct UtteranceSegmenter {
     let pauseFrames: Int
     let hangoverFrames: Int
     let maxFrames: Int
+    /// An utterance at least this long ends at a `pause`, not after the whole hangover.
+    let splitFrames: Int
     let startFrames = 3
     let prerollFrames = 25
     let minVoicedFrames = 8
@@ -59,7 +61,7 @@ struct UtteranceSegmenter {
 
     init(
         pause: Duration = .milliseconds(240), hangover: Duration = .milliseconds(600),
-        maxUtterance: Duration = .seconds(20)
+        maxUtterance: Duration = .seconds(20), splitAtPauseAfter: Duration = .seconds(2)
     ) {
         func frames(_ duration: Duration) -> Int {
             Int(duration / .milliseconds(20))
@@ -67,6 +69,7 @@ struct UtteranceSegmenter {
         pauseFrames = max(1, frames(pause))
         hangoverFrames = max(pauseFrames + 1, frames(hangover))
         maxFrames = max(50, frames(maxUtterance))
+        splitFrames = max(pauseFrames, frames(splitAtPauseAfter))
     }
 
     /// The utterance so far (for an interim or a speculative decode), cut after the last voiced
@@ -157,7 +160,13 @@ struct UtteranceSegmenter {
             }
         } else {
             silenceRun += 1
-            if silenceRun == pauseFrames {
+            if silenceRun == pauseFrames, voicedFrames >= minVoicedFrames, energies.count >= splitFrames {
+                // A long utterance ends at its first pause: its final need not wait for the
+                // hangover, and the last one of a sentence is short, so it decodes fast. If
+                // speech resumes, it goes on as a new utterance from here.
+                events.append(.split(cutAtPause()))
+                isPaused = true
+            } else if silenceRun == pauseFrames {
                 isPaused = true
                 events.append(.paused)
             }
@@ -169,6 +178,18 @@ struct UtteranceSegmenter {
             }
         }
         if energies.count >= maxFrames { events.append(.split(split())) }
+    }
+
+    /// Cuts the utterance where it is now (`pause` into silence); returns it. The segmenter
+    /// stays in speech, paused, with nothing voiced yet: speech that resumes starts the next
+    /// utterance, and the hangover running out ends it with nothing to decode.
+    private mutating func cutAtPause() -> Utterance {
+        let head = Utterance(samples: samples, start: start)
+        start += samples.count
+        samples = []
+        energies = []
+        voicedFrames = 0
+        return head
     }
 
     /// Splits the utterance at its quietest 100 ms in the second half; returns the first part.

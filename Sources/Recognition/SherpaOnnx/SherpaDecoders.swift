@@ -1,0 +1,305 @@
+import CSttdSystem
+import Capture
+import Foundation
+import Logging
+
+/// The decoder threads every session of the engine shares, with the one loaded model: D-Bus
+/// dictation and the local server's streams are equals here.
+///
+/// - Order: a session's work runs in the order it was queued, on one thread at a time; work of
+///   different sessions runs on up to `threads` threads at once, on the one model (onnxruntime
+///   runs a loaded model from several threads at once).
+/// - Priority: finals, speculative decodes and events go first, the longest-waiting first. An
+///   interim runs only when no other work is waiting; a newer interim replaces a queued one, and
+///   a queued interim is dropped when its utterance's speculative decode or final is queued. So
+///   under load interims are skipped, finals never.
+/// - Backlog: a session's queued audio may not pass `maxQueuedAudio`; past it that session fails
+///   with a clear error (its finals so far stand) and the others go on.
+/// - Model: the first thread with work for it loads it (the others wait; audio keeps queueing),
+///   and it is unloaded `unloadAfter` after the last session ended.
+final class SherpaDecoders: @unchecked Sendable {
+    // @unchecked: every mutable field is guarded by `condition`.
+    let settings: SherpaSettings
+    let shared: SherpaShared
+    let logger: Logger
+    private let capacity: Int
+    private let condition = NSCondition()
+    private var queues: [ObjectIdentifier: SessionQueue] = [:]
+    private var sequence: UInt64 = 0
+    private var engine: SherpaEngine?
+    private var loading = false
+    private var lastEnded = ContinuousClock.now
+    private var closed = false
+
+    private struct Item {
+        var work: SherpaWork
+        var sequence: UInt64
+    }
+
+    private struct SessionQueue {
+        let session: SherpaSession
+        var items: [Item] = []
+        var weight = 0
+        /// A thread is running one of its items.
+        var busy = false
+    }
+
+    init(settings: SherpaSettings, shared: SherpaShared, logger: Logger) {
+        self.settings = settings
+        self.shared = shared
+        self.logger = logger
+        capacity = max(1, AudioFormat.samples(in: settings.maxQueuedAudio))
+    }
+
+    /// Starts the threads; they end after ``close()`` once every session has ended.
+    func start(threads: Int) {
+        for index in 0..<max(1, threads) {
+            let thread = Thread { self.run() }
+            thread.name = "sherpa-onnx-\(index)"
+            thread.start()
+        }
+    }
+
+    func close() {
+        condition.lock()
+        closed = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func begin(
+        library: SherpaLibrary, model: SherpaModel, interimResults: Bool, events: any RecognitionEventSink
+    ) -> SherpaSession {
+        let session = SherpaSession(
+            decoders: self, library: library, model: model, interimResults: interimResults,
+            segmenter: UtteranceSegmenter(), events: events)
+        condition.lock()
+        // Registered, it makes a thread load the model now if needed, while its audio queues.
+        queues[ObjectIdentifier(session)] = SessionQueue(session: session)
+        condition.broadcast()
+        condition.unlock()
+        return session
+    }
+
+    /// Queues a session's work; returns the error that ends it if its backlog would overflow.
+    func enqueue(_ work: [SherpaWork], for session: SherpaSession) -> RecognitionError? {
+        condition.lock()
+        defer { condition.unlock() }
+        let key = ObjectIdentifier(session)
+        guard let queue = queues[key] else { return nil }
+        if queue.weight + work.reduce(0, { $0 + $1.weight }) > capacity {
+            let seconds = capacity / AudioFormat.sampleRate
+            return RecognitionError(
+                .backendUnavailable,
+                "The offline engine fell \(seconds) s behind real time (the computer is too busy), so the session stopped; what was recognized before is kept."
+            )
+        }
+        append(work, to: key)
+        condition.broadcast()
+        return nil
+    }
+
+    /// Drops the session's queued work and ends it next, after `last` (error nil: cancelled).
+    func stop(_ session: SherpaSession, error: RecognitionError?) {
+        condition.lock()
+        let key = ObjectIdentifier(session)
+        if var queue = queues[key] {
+            queue.items = [Item(work: .end(error), sequence: nextSequence())]
+            queue.weight = 0
+            queues[key] = queue
+            condition.broadcast()
+        }
+        condition.unlock()
+    }
+
+    // MARK: - Queues (under the lock)
+
+    private func nextSequence() -> UInt64 {
+        sequence += 1
+        return sequence
+    }
+
+    private func append(_ work: [SherpaWork], to key: ObjectIdentifier) {
+        guard var queue = queues[key] else { return }
+        for item in work {
+            switch item {
+            case .interim, .speculative, .final, .resumed:
+                // Newer work makes a queued interim stale; speech that resumed voids a queued
+                // speculative decode.
+                let isResumed = if case .resumed = item { true } else { false }
+                queue.items.removeAll { old in
+                    switch old.work {
+                    case .interim: return true
+                    case .speculative: return isResumed
+                    default: return false
+                    }
+                }
+            case .event, .end:
+                break
+            }
+            queue.items.append(Item(work: item, sequence: nextSequence()))
+        }
+        queue.weight = queue.items.reduce(0) { $0 + $1.work.weight }
+        queues[key] = queue
+    }
+
+    /// The next work to run: the oldest non-interim head of an idle session, else the oldest
+    /// interim when nothing else waits. Marks its session busy.
+    private func takeWork() -> (SherpaSession, SherpaWork)? {
+        var best: (key: ObjectIdentifier, sequence: UInt64, interim: Bool)?
+        for (key, queue) in queues where !queue.busy {
+            guard let head = queue.items.first else { continue }
+            let interim = if case .interim = head.work { true } else { false }
+            if let current = best, (current.interim ? 1 : 0, current.sequence) <= (interim ? 1 : 0, head.sequence) { continue }
+            best = (key, head.sequence, interim)
+        }
+        guard let best, var queue = queues[best.key] else { return nil }
+        // Interims only when the decoders have caught up: no decode but interims waits anywhere,
+        // even behind a session that a thread is busy with.
+        if best.interim && queues.values.contains(where: { $0.items.contains { $0.work.isDecode } }) { return nil }
+        let item = queue.items.removeFirst()
+        queue.weight -= item.work.weight
+        queue.busy = true
+        queues[best.key] = queue
+        return (queue.session, item.work)
+    }
+
+    /// A session is open that is not ending with an error: it will need the model.
+    private var needsModel: Bool {
+        queues.values.contains { queue in
+            guard case .end(let error) = queue.items.last?.work else { return true }
+            return error == nil
+        }
+    }
+
+    // MARK: - Threads
+
+    private func run() {
+        condition.lock()
+        while true {
+            if engine == nil, needsModel {
+                if loading {
+                    condition.wait()
+                    continue
+                }
+                loadModel()
+                continue
+            }
+            if let (session, work) = takeWork() {
+                let engine = self.engine
+                condition.unlock()
+                perform(work, for: session, engine: engine)
+                condition.lock()
+                let key = ObjectIdentifier(session)
+                if case .end = work {
+                    queues[key] = nil
+                    lastEnded = .now
+                } else {
+                    queues[key]?.busy = false
+                }
+                condition.broadcast()
+                continue
+            }
+            if closed && queues.isEmpty {
+                unload(reason: "recognizer released")
+                condition.unlock()
+                return
+            }
+            // Idle with a model and no session: give its memory back after unloadAfter.
+            if engine != nil, queues.isEmpty, !loading {
+                let idleFor = lastEnded.duration(to: .now)
+                if idleFor >= settings.unloadAfter {
+                    unload(reason: "idle for \(settings.unloadAfter)")
+                    continue
+                }
+                let wait = settings.unloadAfter - idleFor
+                _ = condition.wait(until: Date(timeIntervalSinceNow: Double(wait / .milliseconds(1)) / 1000 + 0.01))
+                continue
+            }
+            condition.wait()
+        }
+    }
+
+    /// Loads the model for the sessions waiting (called and returning with the lock held); on
+    /// failure every open session ends with the error.
+    private func loadModel() {
+        guard let session = queues.values.first?.session else { return }
+        loading = true
+        condition.unlock()
+        let started = ContinuousClock.now
+        let result = Result { () throws(RecognitionError) in
+            try SherpaEngine(library: session.library, model: session.model, settings: settings)
+        }
+        condition.lock()
+        loading = false
+        defer { condition.broadcast() }
+        switch result {
+        case .success(let loaded):
+            engine = loaded
+            shared.loaded.store(true, ordering: .relaxed)
+            shared.loads.wrappingAdd(1, ordering: .relaxed)
+            logger.info(
+                "offline model loaded",
+                metadata: [
+                    "engine": "sherpa-onnx \(session.library.version)", "model": "\(session.model.directory)",
+                    "seconds": "\(started.duration(to: .now))",
+                ])
+        case .failure(let error):
+            logger.error("offline model unavailable", metadata: ["reason": "\(error.message)"])
+            shared.recordFailure(session.model, error)
+            for key in queues.keys {
+                queues[key]?.items = [Item(work: .end(error), sequence: nextSequence())]
+                queues[key]?.weight = 0
+            }
+        }
+    }
+
+    /// Called with the lock held.
+    private func unload(reason: String) {
+        guard engine != nil else { return }
+        engine = nil
+        shared.loaded.store(false, ordering: .relaxed)
+        // onnxruntime frees its arenas into the heap; hand that memory back to the system.
+        sttd_release_free_memory()
+        logger.info("offline model unloaded", metadata: ["reason": "\(reason)"])
+    }
+
+    /// Runs one item of a session's work, outside the lock.
+    private func perform(_ work: SherpaWork, for session: SherpaSession, engine: SherpaEngine?) {
+        switch work {
+        case .event(let event):
+            session.events.deliver(event)
+        case .resumed:
+            session.speculative = nil
+        case .interim(let utterance):
+            guard let engine else { return }
+            let started = ContinuousClock.now
+            let text = engine.decode(utterance.samples)
+            session.interimDecoded(took: started.duration(to: .now))
+            guard !text.isEmpty, text != session.lastInterim else { return }
+            session.lastInterim = text
+            session.events.deliver(.result(result(text, utterance, isFinal: false)))
+        case .speculative(let utterance):
+            guard let engine else { return }
+            session.speculative = (engine.decode(utterance.samples), utterance.samples.count)
+        case .final(let utterance, let fromFinalize):
+            let reused = session.speculative.flatMap { $0.samples == utterance.samples.count ? $0.text : nil }
+            session.speculative = nil
+            session.lastInterim = ""
+            let text = utterance.samples.isEmpty ? "" : reused ?? engine?.decode(utterance.samples) ?? ""
+            guard !text.isEmpty || fromFinalize else { return }
+            var final = result(text, utterance, isFinal: true)
+            final.fromFinalize = fromFinalize
+            session.events.deliver(.result(final))
+        case .end(let error):
+            session.complete(error.map { .failure($0) } ?? .success(()))
+        }
+    }
+
+    private func result(_ text: String, _ utterance: UtteranceSegmenter.Utterance, isFinal: Bool) -> RecognitionResult {
+        let rate = Double(AudioFormat.sampleRate)
+        return RecognitionResult(
+            text: text, isFinal: isFinal, audioStart: Double(utterance.start) / rate,
+            audioEnd: Double(utterance.end) / rate)
+    }
+}
