@@ -110,7 +110,10 @@ def probe(arguments):
         with connect(make_client(arguments)):
             return {"status": 101}
     except Exception as error:
-        return {"status": getattr(error, "status_code", None), "error": f"{type(error).__name__}: {error}"}
+        # The SDK wraps some refusals in ApiError(status_code); others come from `websockets`
+        # as InvalidStatus with the HTTP response.
+        status = getattr(error, "status_code", None) or getattr(getattr(error, "response", None), "status_code", None)
+        return {"status": status, "error": f"{type(error).__name__}: {error}"}
 
 
 def main():
