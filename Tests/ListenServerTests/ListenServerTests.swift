@@ -1,3 +1,4 @@
+import Capture
 import Foundation
 import ListenServer
 import Logging
@@ -246,6 +247,7 @@ struct ListenServerProtocolTests {
             next.connection.close(code: 1000)
             #expect(await next.connection.end == .closed(code: 1000, reason: ""))
             #expect(await recognizer.stats.wait { $0.cancelled == 2 && $0.running == 0 })
+            #expect(await waitFor { server.openStreams == 0 })
             let last = try await ListenClient.connect(server)
             last.connection.abort()
         }
@@ -294,6 +296,61 @@ struct ListenServerProtocolTests {
             try await tasks.waitForAll()
             // No longer accepting.
             await #expect(throws: (any Error).self) { _ = try await ListenClient.connect(server) }
+        }
+    }
+}
+
+@Suite("The local /v1/listen server to sttd's own Deepgram client", .timeLimit(.minutes(2)))
+struct ListenServerClientTests {
+    /// Collects a session's events.
+    final class Events: RecognitionEventSink {
+        let events = Watched<[RecognitionEvent]>([])
+        func deliver(_ event: RecognitionEvent) { events.update { $0.append(event) } }
+        var finals: [String] {
+            events.value.compactMap { event in
+                if case .result(let result) = event, result.isFinal, !result.text.isEmpty { return result.text }
+                return nil
+            }
+        }
+    }
+
+    /// wss:// with a certificate from a test CA and an API key, both subprotocol and header
+    /// auth: sttd's streaming client gets every final, with Finalize on finish.
+    @Test(arguments: [false, true])
+    func servesWSSToSttdsStreamingClient(subprotocol: Bool) async throws {
+        let certificates = try TestCertificates(hosts: ["localhost"])
+        defer { try? FileManager.default.removeItem(atPath: certificates.directory) }
+        let key = "tls-key-0123456789"
+        var settings = ListenServerSettings(host: "127.0.0.1", port: 0, key: APIKey(key))
+        try settings.useTLS(
+            certificateFile: certificates.certificate("localhost"), keyFile: certificates.key("localhost"))
+        let recognizer = FakeRecognizer()
+        try await withServer(settings, recognizer: recognizer) { server in
+            #expect(server.address.hasPrefix("wss://127.0.0.1:"))
+            let client = DeepgramRecognizer(
+                settings: DeepgramSettings(
+                    url: "\(server.address)/v1/listen", useSubprotocol: subprotocol,
+                    caFile: certificates.caCertificate, backoff: Backoff(maxAttempts: 0)),
+                environment: ["STTD_API_KEY": key], logger: Logger(label: "client"))
+            #expect(await client.authorize().0 == .authorized)
+            let events = Events()
+            let session = try await client.startSession(SessionOptions(), events: events)
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask { try await session.run() }
+                for _ in 0..<25 { session.send(AudioChunk(samples: [Int16](repeating: 1000, count: 1600))) }
+                session.finish()
+                try await group.waitForAll()
+            }
+            #expect(events.finals == ["w1 w2 w3 w4", "w5"])
+            // A wrong key is refused as Deepgram would.
+            let wrong = DeepgramRecognizer(
+                settings: DeepgramSettings(
+                    url: "\(server.address)/v1/listen", useSubprotocol: subprotocol,
+                    caFile: certificates.caCertificate, backoff: Backoff(maxAttempts: 0)),
+                environment: ["STTD_API_KEY": "nope"], logger: Logger(label: "client"))
+            let (status, error) = await wrong.authorize()
+            #expect(status == .denied)
+            #expect(error?.message.contains("401") == true, "\(error?.message ?? "")")
         }
     }
 }
