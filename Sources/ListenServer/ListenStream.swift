@@ -10,12 +10,9 @@ import Synchronization
 /// One accepted stream: a recognition session fed by the client's audio frames, its events sent
 /// back as Deepgram messages.
 ///
-/// Four child tasks (the writer, the reader, the idle watchdog, the session's `run()`) report
-/// to one coordinator loop through `signals`, which decides how the stream ends:
-/// - `CloseStream` or shutdown: the session finishes (its last finals go out), then `Metadata`,
-///   then close 1000 (1001 at shutdown);
-/// - no audio or text for ``ListenServerSettings/idleTimeout``: close 1011 `NET-0001`;
-/// - the client closes or vanishes: the session is cancelled at once and the slot freed.
+/// Child tasks (the writer, the reader, the idle watchdog, the session's `run()`, timers) report
+/// to one coordinator loop through `signals` (unbounded, but each kind comes at most a few
+/// times per stream); ``StreamMachine`` decides what each means and how the stream ends.
 struct ListenStream {
     let request: ListenRequest
     let requestID: String
@@ -26,21 +23,11 @@ struct ListenStream {
     /// Frames waiting to be written. Policy: results are never dropped; a client that reads
     /// nothing while this many frames pile up (minutes of speech) is closed with 1011.
     static let outgoingLimit = 4096
-    /// How long the client gets to answer our close frame before the socket is closed.
-    static let closeHandshakeTimeout = Duration.seconds(2)
+    /// How long the client gets to read what is queued and answer our close frame before the
+    /// socket is closed.
+    static let closeHandshakeTimeout = Duration.seconds(5)
 
-    enum Signal: Sendable {
-        case closeStream
-        case shutdown
-        case idle
-        case flushTimeout
-        case sessionEnded(RecognitionError?)
-        case clientClosed(UInt16)
-        case clientGone
-        case overflow
-        case writerDone
-        case closeTimeout
-    }
+    typealias Signal = StreamMachine.Event
 
     func serve(_ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>) async {
         var logger = logger
@@ -115,112 +102,50 @@ struct ListenStream {
                 group.addTask {
                     do throws(RecognitionError) {
                         try await session.run()
-                        signal.yield(.sessionEnded(nil))
+                        signal.yield(.sessionEnded(failure: nil))
                     } catch {
-                        signal.yield(.sessionEnded(error))
+                        signal.yield(.sessionEnded(failure: error.message))
                     }
                 }
 
                 let seconds = { clock.seconds }
-                var flushing: UInt16?  // the close code once a flush began
-                var sessionEnded = false
-                var closed = false  // our close frame is queued: nothing may follow it
-                var writerDone = false
-                var clientDone = false  // the client's close frame came
-                var reason = "?"
+                var machine = StreamMachine(idleTimeoutSeconds: idleTimeout.wholeSeconds)
                 loop: for await event in signals {
-                    switch event {
-                    case .closeStream, .shutdown:
-                        guard flushing == nil, !closed else { continue }
-                        flushing = event.isShutdown ? 1001 : 1000
-                        reason = event.isShutdown ? "shutdown" : "CloseStream"
-                        session.finish()
-                        group.addTask {
-                            try? await eventLoopSleep(for: flushTimeout)
-                            signal.yield(.flushTimeout)
-                        }
-                    case .flushTimeout:
-                        guard !sessionEnded else { continue }
-                        logger.warning("listen stream: the last finals took too long; cancelling")
-                        session.cancel()
-                    case .sessionEnded(let error):
-                        sessionEnded = true
-                        guard !closed else { continue }
-                        closed = true
-                        if let error {
-                            reason = "engine error"
-                            logger.error("listen stream: the session failed", metadata: ["error": "\(error.message)"])
-                            out.yield(Frames.close(1011, "NET-0000: \(error.message)"))
-                        } else {
+                    if case .sessionEnded(let failure?) = event {
+                        logger.error("listen stream: the session failed", metadata: ["error": "\(failure)"])
+                    } else if event == .flushTimeout {
+                        logger.warning("listen stream: the last finals took too long")
+                    }
+                    for action in machine.handle(event) {
+                        switch action {
+                        case .finishSession:
+                            session.finish()
+                        case .cancelSession:
+                            session.cancel()
+                        case .sendMetadata:
                             out.yield(
                                 Frames.text(
                                     ServerMessages.metadata(
                                         requestID: requestID, created: created, duration: seconds(),
                                         model: settings.model)))
-                            if flushing == nil { reason = "engine ended the session" }
-                            // An engine ending a session unasked (e.g. one that serves one stream
-                            // at a time) is a server-side condition: 1011, worth retrying.
-                            out.yield(
-                                flushing.map { Frames.close($0, "") }
-                                    ?? Frames.close(1011, "NET-0000: the local engine ended the stream"))
-                        }
-                        out.finish()
-                        group.addTask {
-                            try? await eventLoopSleep(for: Self.closeHandshakeTimeout + flushTimeout)
-                            signal.yield(.closeTimeout)
-                        }
-                    case .idle:
-                        guard flushing == nil, !closed else { continue }
-                        closed = true
-                        reason = "idle"
-                        session.cancel()
-                        out.yield(
-                            Frames.close(
-                                1011,
-                                "NET-0001: no audio or KeepAlive was received for \(idleTimeout.wholeSeconds) seconds"))
-                        out.finish()
-                        group.addTask {
-                            try? await eventLoopSleep(for: Self.closeHandshakeTimeout)
-                            signal.yield(.closeTimeout)
-                        }
-                    case .overflow:
-                        guard !closed else { continue }
-                        closed = true
-                        reason = "client not reading"
-                        session.cancel()
-                        out.finish()
-                        break loop
-                    case .clientClosed(let code):
-                        clientDone = true
-                        if !closed {
-                            closed = true
-                            reason = "client closed (\(code))"
-                            session.cancel()
-                            // Answer the close handshake with the client's code.
-                            out.yield(Frames.close(code == 1005 ? 1000 : code, ""))
+                        case .sendClose(let code, let reason):
+                            out.yield(Frames.close(code, reason))
+                        case .endOutput:
                             out.finish()
+                        case .startTimer(let timer):
                             group.addTask {
-                                try? await eventLoopSleep(for: Self.closeHandshakeTimeout)
-                                signal.yield(.closeTimeout)
+                                try? await eventLoopSleep(
+                                    for: timer == .flush ? flushTimeout : Self.closeHandshakeTimeout)
+                                signal.yield(timer == .flush ? .flushTimeout : .closeTimeout)
                             }
+                        case .stop:
+                            break loop
                         }
-                        if writerDone { break loop }
-                    case .clientGone:
-                        if !closed { reason = "client gone" }
-                        session.cancel()
-                        out.finish()
-                        break loop
-                    case .writerDone:
-                        // Our close frame went out (or the socket failed): done once the client
-                        // answered it; else wait, bounded by the timer started with it.
-                        writerDone = true
-                        if clientDone { break loop }
-                    case .closeTimeout:
-                        break loop
                     }
                 }
                 logger.info(
-                    "listen stream closed", metadata: ["reason": "\(reason)", "audio_s": "\(seconds())"])
+                    "listen stream closed", metadata: ["reason": "\(machine.reason)", "audio_s": "\(seconds())"])
+                // Also when the task was cancelled (the loop ends without .stop).
                 session.cancel()
                 out.finish()
                 group.cancelAll()
@@ -272,7 +197,7 @@ struct ListenStream {
                     out.yield(WebSocketFrame(fin: true, opcode: .pong, data: frame.unmaskedData))
                 case .connectionClose:
                     var data = frame.unmaskedData
-                    signal.yield(.clientClosed(data.readInteger(as: UInt16.self) ?? 1005))
+                    signal.yield(.clientClosed(code: data.readInteger(as: UInt16.self) ?? 1005))
                     return
                 default:
                     break
@@ -281,10 +206,6 @@ struct ListenStream {
         } catch {}
         signal.yield(.clientGone)
     }
-}
-
-extension ListenStream.Signal {
-    var isShutdown: Bool { if case .shutdown = self { true } else { false } }
 }
 
 /// Where a stream's session delivers its events: translated to messages on the caller's thread
