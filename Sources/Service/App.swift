@@ -137,7 +137,8 @@ public enum SttdApp {
         // Bound before the name is taken, so `ServerAddress` is right when clients first look.
         let listenServer: ListenServer?
         do throws(StartupError) {
-            listenServer = try await startListenServer(configuration.server, local: recognizers.local, logger: logger)
+            listenServer = try await startListenServer(
+                configuration.server, local: recognizers.local, localSettings: configuration.local, logger: logger)
         } catch {
             connection.close()
             throw error
@@ -203,9 +204,9 @@ public enum SttdApp {
     /// it the server takes one stream at a time (`max_streams` is lowered to 1, logged); a
     /// second client gets 429, and a D-Bus session that starts meanwhile ends the stream with
     /// 1011 (retryable).
-    static func startListenServer(_ server: Configuration.Server, local: any Recognizer, logger: Logger)
-        async throws(StartupError) -> ListenServer?
-    {
+    static func startListenServer(
+        _ server: Configuration.Server, local: any Recognizer, localSettings: Configuration.Local, logger: Logger
+    ) async throws(StartupError) -> ListenServer? {
         guard server.isEnabled, let (host, port) = server.address else { return nil }
         var maxStreams = server.maxStreams
         let model: ServerMessages.ModelInfo
@@ -217,8 +218,12 @@ public enum SttdApp {
                     metadata: ["max_streams": "\(maxStreams)"])
                 maxStreams = 1
             }
-        } else {
+        } else if localSettings.sherpaModelDirectory.isEmpty {
             model = .init(name: "moonshine-base-en")
+        } else {
+            // The model `Metadata` names: its kind and folder, e.g. "whisper-tiny.en".
+            let folder = URL(fileURLWithPath: localSettings.sherpaModelDirectory).lastPathComponent
+            model = .init(name: "\(localSettings.sherpaModelKind.rawValue)-\(folder)")
         }
         var settings = ListenServerSettings(host: host, port: port, maxStreams: maxStreams, model: model)
         do {

@@ -8,13 +8,15 @@ usage: deepgram_sdk_stream.py URL WAV [--key KEY] [--finalize] [--pace SECONDS_P
 URL is the server's base (ws://127.0.0.1:PORT). The file's samples (after its 44-byte header) go
 out in 100 ms frames at real time (or at --pace), then CloseStream; with --finalize a Finalize
 goes first. Reads every message until the server closes. Prints one JSON object: finals (each
-{transcript, from_finalize, speech_final, start, duration, words}), interim count, metadata
+{transcript, from_finalize, speech_final, start, duration, words, latency: seconds from sending
+the final's last audio to receiving it}), interim count, metadata
 seen, the message types, the close code, errors. With --clients N, N clients stream the file at
 once and the object is {"clients": [...]}; with --probe-extra, once all N are open one more
 tries to connect and its outcome is "extra" (e.g. {"status": 429}).
 """
 import argparse
 import json
+import math
 import sys
 import threading
 import time
@@ -45,6 +47,8 @@ def stream(arguments, audio, opened=None):
 
     summary = {"finals": [], "interims": 0, "metadata": 0, "types": [], "close": None, "errors": []}
     lock = threading.Lock()
+    # When the first frame left: frame i (stream time i/10 s to (i+1)/10 s) left at started + i * pace.
+    clock = {"started": None}
 
     def on_message(message):
         kind = getattr(message, "type", None)
@@ -53,7 +57,14 @@ def stream(arguments, audio, opened=None):
             if kind == "Results":
                 alternative = message.channel.alternatives[0]
                 if message.is_final:
+                    # Seconds from sending the final's last audio to receiving the final.
+                    latency = None
+                    if clock["started"] is not None:
+                        frame = max(0, math.ceil(round((message.start + message.duration) * 10, 6)) - 1)
+                        sent = clock["started"] + frame * arguments.pace
+                        latency = time.monotonic() - sent
                     summary["finals"].append({
+                        "latency": latency,
                         "transcript": alternative.transcript,
                         "from_finalize": bool(message.from_finalize),
                         "speech_final": bool(message.speech_final),
@@ -84,6 +95,7 @@ def stream(arguments, audio, opened=None):
             listener.start()
             frame = 3200  # 100 ms of 16 kHz 16-bit mono
             started = time.monotonic()
+            clock["started"] = started
             for index, offset in enumerate(range(0, len(audio), frame)):
                 socket.send_media(audio[offset:offset + frame])
                 # Real time: each frame leaves when its audio would have been spoken.

@@ -55,12 +55,14 @@ public enum DeepgramSDKClient {
         return python
     }
 
+    /// The client script.
+    public static var script: String { "\(packageRoot)/Tests/Clients/deepgram_sdk_stream.py" }
+
     /// Streams `wav` to `url` (ws://HOST:PORT) and returns the summary the script prints.
     public static func stream(url: String, wav: String, options: [String] = [], timeout: TimeInterval = 180) throws
         -> [String: Any]
     {
         let python = try interpreter()
-        let script = "\(packageRoot)/Tests/Clients/deepgram_sdk_stream.py"
         let result = try TestSupport.run(python, [script, url, wav] + options, timeout: timeout)
         guard result.status == 0, let line = result.stdout.split(separator: "\n").last,
             let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
