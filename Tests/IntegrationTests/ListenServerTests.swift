@@ -138,7 +138,7 @@ extension Integration {
         }
 
         /// A non-loopback address without TLS and a key is a configuration error (exit 78)
-        /// that names the loopback rule.
+        /// that names the loopback rule; so is a key file others may read.
         @Test func nonLoopbackPlainServerIsRefusedAtConfigLoad() throws {
             let home = try makeTemporaryDirectory("server-config")
             defer { try? FileManager.default.removeItem(atPath: home) }
@@ -150,6 +150,22 @@ extension Integration {
             let result = try run(try builtExecutable("sttd"), ["--config", config], environment: environment)
             #expect(result.status == 78, "\(result.stderr)")
             #expect(result.stderr.contains("loopback"), "\(result.stderr)")
+
+            // A server key file others can read is refused as the client's is (exit 78), and
+            // the key is not in the message.
+            let bus = try PrivateBus()
+            defer { bus.stop() }
+            let keyFile = "\(home)/key"
+            try "readable-by-all-0123".write(toFile: keyFile, atomically: true, encoding: .utf8)
+            chmod(keyFile, 0o644)
+            try "[server]\nlisten = \"127.0.0.1:0\"\napi_key_file = \"\(keyFile)\"\n".write(
+                toFile: config, atomically: true, encoding: .utf8)
+            environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
+            environment["XDG_DATA_HOME"] = "\(home)/data"
+            let readable = try run(try builtExecutable("sttd"), ["--config", config], environment: environment)
+            #expect(readable.status == 78, "\(readable.stderr)")
+            #expect(readable.stderr.contains("chmod 600"), "\(readable.stderr)")
+            #expect(!readable.stderr.contains("readable-by-all-0123"))
         }
 
         /// Four clients stream a minute of speech each at once, a fifth is refused with 429, and
