@@ -28,4 +28,8 @@ void sttd_limit_allocator_retention(void);
 /// Returns freed heap memory to the system now (malloc_trim), e.g. after unloading a model.
 void sttd_release_free_memory(void);
 
+/// Drops from memory the pages of never-written, read-only mappings of files whose path contains
+/// `name` (the code of a library no longer used); they are read back if touched. Returns bytes.
+size_t sttd_drop_clean_library_pages(const char *name);
+
 #endif

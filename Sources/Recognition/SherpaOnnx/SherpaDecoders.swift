@@ -259,9 +259,12 @@ final class SherpaDecoders: @unchecked Sendable {
         guard engine != nil else { return }
         engine = nil
         shared.loaded.store(false, ordering: .relaxed)
-        // onnxruntime frees its arenas into the heap; hand that memory back to the system.
+        // onnxruntime frees its arenas into the heap; hand that memory back to the system, and
+        // the engine's code pages too (read back from the page cache on the next load).
         sttd_release_free_memory()
-        logger.info("offline model unloaded", metadata: ["reason": "\(reason)"])
+        let dropped = settings.libraryPath.map { sttd_drop_clean_library_pages(directoryName($0)) } ?? 0
+        logger.info(
+            "offline model unloaded", metadata: ["reason": "\(reason)", "code_mb_released": "\(dropped >> 20)"])
     }
 
     /// Runs one item of a session's work, outside the lock.
@@ -294,6 +297,10 @@ final class SherpaDecoders: @unchecked Sendable {
         case .end(let error):
             session.complete(error.map { .failure($0) } ?? .success(()))
         }
+    }
+
+    private func directoryName(_ path: String) -> String {
+        URL(fileURLWithPath: path).deletingLastPathComponent().path + "/"
     }
 
     private func result(_ text: String, _ utterance: UtteranceSegmenter.Utterance, isFinal: Bool) -> RecognitionResult {

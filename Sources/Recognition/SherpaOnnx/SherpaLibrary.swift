@@ -1,4 +1,5 @@
 import CSherpaOnnx
+import CSttdSystem
 import Foundation
 import Synchronization
 
@@ -96,6 +97,9 @@ final class SherpaLibrary: Sendable {
                 result = .failure(error)
             }
             opened[path] = result
+            // Opened to check it (sttd's start, Authorize): until a model loads, its relocated
+            // code need not stay in memory.
+            _ = sttd_drop_clean_library_pages(URL(fileURLWithPath: path).deletingLastPathComponent().path + "/")
             return result
         }.get()
     }
