@@ -74,6 +74,41 @@ extension Integration {
             #expect(sttd.sttd.isRunning)
         }
 
+        /// A D-Bus session and a server stream at the same time, on the one loaded model: each
+        /// gets its own speech.
+        @Test func aDBusSessionAndAServerStreamAtOnceShareTheModel() async throws {
+            try Self.requireEngine()
+            let sttd = try await SttdFixture(config: "[server]\nlisten = \"127.0.0.1:0\"\n")
+            let address = try #require(try await sttd.property("ServerAddress")?.string)
+            let recordings = try LibriVox.recordings()
+            let padded = try makeTemporaryDirectory("padded-clip")
+            defer { try? FileManager.default.removeItem(atPath: padded) }
+            let file = "\(padded)/clip.wav"
+            try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recordings[0].path), to: file)
+
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            let playing = try sttd.pulse.startPlaying(file)
+            let summary = try await DeepgramSDKClient.streaming(
+                url: address, wav: recordings[3].path, options: ["--trail-silence", "1.5"])
+            _ = playing.wait(timeout: 30)
+            await recorder.wait(timeout: .seconds(15)) { signals in
+                signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
+            }
+            let viaDBus = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let viaSDK = Self.finalsText(summary)
+            print("at once: D-Bus \"\(viaDBus)\" | SDK \"\(viaSDK)\"")
+            let dbusWER = wordErrorRate(
+                reference: recordings[0].reference, hypothesis: MoonshineDictationTests.words(viaDBus))
+            let sdkWER = wordErrorRate(
+                reference: recordings[3].reference, hypothesis: MoonshineDictationTests.words(viaSDK))
+            #expect(dbusWER <= 10, "\(viaDBus)")
+            #expect(sdkWER <= 10, "\(viaSDK)")
+            #expect(summary["close"] as? Int == 1000)
+            #expect(
+                sttd.log.components(separatedBy: "offline model loaded").count == 2, "the model is loaded once")
+        }
+
         /// sttd's own `deepgram` backend streaming to a second sttd's server (each on its own
         /// bus, the second with an API key): dictation works, stop sends Finalize, and a restart
         /// of the serving sttd is bridged by reconnecting and replaying the audio.

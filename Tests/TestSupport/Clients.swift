@@ -74,6 +74,36 @@ public enum DeepgramSDKClient {
     }
 }
 
+extension DeepgramSDKClient {
+    /// As ``stream(url:wav:options:timeout:)``, waiting without blocking a thread (for tests that
+    /// do other things meanwhile).
+    public static func streaming(url: String, wav: String, options: [String] = [], timeout: Duration = .seconds(180))
+        async throws -> [String: Any]
+    {
+        let python = try interpreter()
+        let directory = try makeTemporaryDirectory("sdk-client")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let child = try ChildProcess(
+            python, [script, url, wav] + options, stdout: "\(directory)/out", stderr: "\(directory)/err")
+        let deadline = ContinuousClock.now + timeout
+        while child.isRunning {
+            guard ContinuousClock.now < deadline else {
+                child.stop(grace: 1)
+                throw MissingPrerequisite(description: "deepgram_sdk_stream.py did not finish within \(timeout)")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let output = (try? String(contentsOfFile: "\(directory)/out", encoding: .utf8)) ?? ""
+        guard let line = output.split(separator: "\n").last,
+            let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        else {
+            let errors = (try? String(contentsOfFile: "\(directory)/err", encoding: .utf8)) ?? ""
+            throw MissingPrerequisite(description: "deepgram_sdk_stream.py failed: \(errors.suffix(2000))")
+        }
+        return object
+    }
+}
+
 /// A loopback TCP port free right now (bound, read, released), for servers that must keep
 /// their port across a restart.
 public func freeLoopbackPort() throws -> Int {
