@@ -254,8 +254,10 @@ enum Frames {
     static func close(_ code: UInt16, _ reason: String) -> WebSocketFrame {
         var buffer = ByteBuffer()
         buffer.writeInteger(code)
-        // Close reasons are at most 123 bytes.
-        buffer.writeString(String(decoding: Array(reason.utf8.prefix(123)), as: UTF8.self))
+        // Close reasons are at most 123 bytes; cut at a character boundary.
+        var text = Substring(reason)
+        while text.utf8.count > 123 { text = text.dropLast() }
+        buffer.writeString(String(text))
         return WebSocketFrame(fin: true, opcode: .connectionClose, data: buffer)
     }
 

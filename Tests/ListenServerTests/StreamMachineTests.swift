@@ -70,3 +70,35 @@ struct StreamMachineTests {
         #expect(deaf.handle(.overflow) == [.cancelSession, .endOutput, .stop])
     }
 }
+
+@Suite("Wire helpers")
+struct WireHelperTests {
+    @Test func resultsTranslatorSpreadsWordsAndFollowsTheRequest() throws {
+        var request = ListenRequest()
+        request.interimResults = false
+        request.utteranceEndMilliseconds = 1000
+        var translator = ResultsTranslator(request: request, requestID: "r", model: .init(name: "m"))
+        #expect(translator.messages(for: .result(.init(text: "a b", isFinal: false)), audioSeconds: 1).isEmpty)
+        #expect(translator.messages(for: .speechActivity(true), audioSeconds: 1).isEmpty)
+        // The end of speech before the final: UtteranceEnd waits for it.
+        #expect(translator.messages(for: .speechActivity(false), audioSeconds: 2).isEmpty)
+        let messages = translator.messages(
+            for: .result(.init(text: "Hello, world.", isFinal: true, audioStart: 0.5, audioEnd: 1.5)), audioSeconds: 2)
+        #expect(messages.count == 2)
+        #expect(messages[0].contains(#""punctuated_word":"world.""#) && messages[0].contains(#""word":"world""#))
+        #expect(messages[0].contains(#""start":1,"word":"world""#), "\(messages[0])")
+        #expect(messages[1].contains(#""type":"UtteranceEnd""#) && messages[1].contains(#""last_word_end":1.5"#))
+    }
+
+    @Test func clientMessagesDecode() {
+        #expect(ServerMessages.decodeClient(#"{"type":"KeepAlive"}"#) == .keepAlive)
+        #expect(ServerMessages.decodeClient(#"{"type":"Finalize"}"#) == .finalize)
+        #expect(ServerMessages.decodeClient(#" {"type":"CloseStream","extra":1}"#) == .closeStream)
+        for text in ["", "null", "[1]", #"{"kind":"KeepAlive"}"#, #"{"type":"keepalive"}"#] {
+            guard case .unknown = ServerMessages.decodeClient(text) else {
+                Issue.record("\(text) decoded as a message")
+                continue
+            }
+        }
+    }
+}
