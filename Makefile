@@ -28,6 +28,7 @@ release: setup
 
 test: build
 	$(SWIFT) build --build-tests
+	scripts/sdk-setup
 	SWIFT=$(SWIFT) scripts/run-tests
 
 # Benchmarks never fail on a number; they print the table and write bench/results.{json,md}.

@@ -57,6 +57,20 @@ let package = Package(
                 .product(name: "NIOSOCKS", package: "swift-nio-extras"),
             ],
             swiftSettings: strictness),
+        // The local Deepgram-compatible /v1/listen server over any Recognizer.
+        .target(
+            name: "ListenServer",
+            dependencies: [
+                "Capture", "Recognition",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: strictness),
         .target(
             name: "History",
             dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
@@ -84,7 +98,7 @@ let package = Package(
             name: "Service",
             dependencies: [
                 "DBus", "Capture", "Recognition", "History", "Speech", "SpeechAPI", "SpeechBus", "Output",
-                "CSttdSystem",
+                "CSttdSystem", "ListenServer",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),
@@ -145,6 +159,15 @@ let package = Package(
             name: "ServiceTests",
             dependencies: [
                 "Service", "Speech", "SpeechAPI", "SpeechBus", "DBus", "History", "Recognition", "TestSupport",
+            ],
+            swiftSettings: strictness),
+        .testTarget(
+            name: "ListenServerTests",
+            dependencies: [
+                "ListenServer", "Recognition", "Capture", "TestSupport",
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
             ],
             swiftSettings: strictness),
         .testTarget(

@@ -26,6 +26,7 @@ enum Benchmarks {
         Benchmark(name: "sherpa-onnx memory and cold start", run: sherpaMemory),
         Benchmark(name: "typing latency", run: DesktopBenchmarks.typingLatency),
         Benchmark(name: "auto-stop timing", run: DesktopBenchmarks.autoStopTiming),
+        Benchmark(name: "local server: 4 streams, one model", run: localServerConcurrency),
     ]
 
     /// Peak RSS in kB seen in benchmarks 3 (remote) and 4 (local), for row 6.

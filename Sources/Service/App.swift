@@ -3,6 +3,7 @@ import Capture
 import DBus
 import Foundation
 import History
+import ListenServer
 import Logging
 import NIOCore
 import NIOPosix
@@ -108,10 +109,11 @@ public enum SttdApp {
         } catch {
             throw StartupError(exitCode: ExitCode.failure, message: error.message)
         }
+        let recognizers = recognizers ?? defaultRecognizers(configuration, environment: environment, logger: logger)
         let core = SpeechCore(
             configuration: configuration,
             microphone: microphone ?? PulseAudioMicrophone(logger: logger),
-            recognizers: recognizers ?? defaultRecognizers(configuration, environment: environment, logger: logger),
+            recognizers: recognizers,
             history: openHistory(configuration, environment: environment, logger: logger),
             output: DesktopDictationOutput(configuration: configuration, environment: environment, logger: logger),
             logger: logger)
@@ -132,6 +134,16 @@ public enum SttdApp {
                 exitCode: ExitCode.failure, message: "internal error declaring the D-Bus object: \(error.message)")
         }
         await adapter.attach()
+        // Bound before the name is taken, so `ServerAddress` is right when clients first look.
+        let listenServer: ListenServer?
+        do throws(StartupError) {
+            listenServer = try await startListenServer(
+                configuration.server, local: recognizers.local, localSettings: configuration.local, logger: logger)
+        } catch {
+            connection.close()
+            throw error
+        }
+        if let listenServer { adapter.object.set(.serverAddress, listenServer.address) }
         // Export first, then take the name, so the first activated call finds the object.
         connection.export(adapter.object)
         do {
@@ -174,12 +186,63 @@ public enum SttdApp {
         // Before the core, so it shuts down after it; a call waiting for a prompt is answered
         // by the closing bus.
         services.append(.init(service: ConsentService(consent: consent)))
-        services += [.init(service: CoreService(core: core)), .init(service: systemd)]
+        services.append(.init(service: CoreService(core: core)))
+        // After the core, so it shuts down before it: streams flush while the engine still runs.
+        if let listenServer { services.append(.init(service: listenServer)) }
+        services.append(.init(service: systemd))
         let group = ServiceGroup(
             configuration: ServiceGroupConfiguration(
                 services: services,
                 gracefulShutdownSignals: shutdownSignals, logger: logger))
         return SttdApplication(core: core, adapter: adapter, connection: connection, group: group)
+    }
+
+    /// Binds the local `/v1/listen` server over the local engine when `[server] listen` is set;
+    /// nil (nothing runs) when it is empty.
+    ///
+    /// pocketsphinx decodes one session at a time (a new session ends the one before), so with
+    /// it the server takes one stream at a time (`max_streams` is lowered to 1, logged); a
+    /// second client gets 429, and a D-Bus session that starts meanwhile ends the stream with
+    /// 1011 (retryable).
+    static func startListenServer(
+        _ server: Configuration.Server, local: any Recognizer, localSettings: Configuration.Local, logger: Logger
+    ) async throws(StartupError) -> ListenServer? {
+        guard server.isEnabled, let (host, port) = server.address else { return nil }
+        var maxStreams = server.maxStreams
+        let model: ServerMessages.ModelInfo
+        if local is PocketSphinxRecognizer {
+            model = .init(name: "pocketsphinx-en-us")
+            if maxStreams > 1 {
+                logger.notice(
+                    "listen server: pocketsphinx serves one stream at a time; max_streams lowered to 1",
+                    metadata: ["max_streams": "\(maxStreams)"])
+                maxStreams = 1
+            }
+        } else if localSettings.sherpaModelDirectory.isEmpty {
+            model = .init(name: "moonshine-base-en")
+        } else {
+            // The model `Metadata` names: its kind and folder, e.g. "whisper-tiny.en".
+            let folder = URL(fileURLWithPath: localSettings.sherpaModelDirectory).lastPathComponent
+            model = .init(name: "\(localSettings.sherpaModelKind.rawValue)-\(folder)")
+        }
+        var settings = ListenServerSettings(host: host, port: port, maxStreams: maxStreams, model: model)
+        do {
+            // Only the file: the client's other key sources (credential, environment) are not the server's.
+            if !server.apiKeyFile.isEmpty {
+                settings.key = try APIKey.load(keyFile: server.apiKeyFile, environment: [:])
+            }
+            if !server.tlsCert.isEmpty { try settings.useTLS(certificateFile: server.tlsCert, keyFile: server.tlsKey) }
+        } catch let error as RecognitionError {
+            throw StartupError(exitCode: ExitCode.configuration, message: "invalid [server] settings: \(error.message)")
+        } catch {
+            throw StartupError(exitCode: ExitCode.configuration, message: "invalid [server] TLS files: \(error)")
+        }
+        do {
+            return try await ListenServer.bind(settings: settings, recognizer: local, logger: logger)
+        } catch {
+            throw StartupError(
+                exitCode: ExitCode.failure, message: "cannot listen on \(server.listen) ([server] listen): \(error)")
+        }
     }
 
     /// The offline engine for `local` (sherpa-onnx with Moonshine when installed or chosen, else

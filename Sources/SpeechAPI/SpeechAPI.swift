@@ -115,6 +115,8 @@ extension SpeechProperty where Value == String {
     public static var version: Self { Self("Version", changeSignal: .const) }
     /// The app whose session is listening (a Flatpak/Snap id, or `host`); empty when idle.
     public static var activeClient: Self { Self("ActiveClient") }
+    /// Where the local Deepgram-compatible server listens (`ws://127.0.0.1:8765`); empty when off.
+    public static var serverAddress: Self { Self("ServerAddress") }
 }
 
 /// The signals of `io.github.sttd.Speech1` with typed arguments.
@@ -233,6 +235,7 @@ extension SpeechAPI {
                 SpeechProperty.lastError.declaration(initial: ""),
                 SpeechProperty.version.declaration(initial: version),
                 SpeechProperty.activeClient.declaration(initial: ""),
+                SpeechProperty.serverAddress.declaration(initial: ""),
             ],
             signals: SpeechSignal.declarations)
     }

@@ -60,13 +60,15 @@ extension Integration {
             #expect(properties["LastError"] == .string(""))
             #expect(properties["Version"]?.string?.isEmpty == false)
             #expect(properties["ActiveClient"] == .string(""))
-            #expect(properties.count == 10)
+            // No [server] listen: no server, and an empty address.
+            #expect(properties["ServerAddress"] == .string(""))
+            #expect(properties.count == 11)
         }
 
         @Test func readOnlyPropertiesRefuseSet() async throws {
             for name in [
                 "State", "Transcript", "AuthorizationStatus", "MicrophoneStatus", "LastError", "Version",
-                "ActiveClient",
+                "ActiveClient", "ServerAddress",
             ] {
                 let error = await #expect(throws: DBusError.self) { try await sttd.set(name, .string("x")) }
                 #expect(error?.name == "org.freedesktop.DBus.Error.PropertyReadOnly", "\(name)")

@@ -15,6 +15,18 @@ public struct APIKey: Sendable, Equatable, CustomStringConvertible, CustomDebugS
     /// The `Sec-WebSocket-Protocol` header value (SubQ's way).
     var subprotocolHeader: String { "token, \(value)" }
 
+    /// Whether `candidate` is this key, compared in time independent of where they differ (a
+    /// server checking clients' keys must not leak how much of a guess was right).
+    public func matches(_ candidate: String) -> Bool {
+        let expected = Array(value.utf8)
+        let given = Array(candidate.utf8)
+        var difference = UInt8(expected.count == given.count ? 0 : 1)
+        for index in expected.indices {
+            difference |= expected[index] ^ (index < given.count ? given[index] : 0)
+        }
+        return difference == 0 && !expected.isEmpty
+    }
+
     /// Removes every occurrence of the key from a text (for server-supplied error bodies).
     public func redact(_ text: String) -> String {
         value.isEmpty ? text : text.replacingOccurrences(of: value, with: "<redacted>")

@@ -187,6 +187,13 @@ public final class WebSocketConnection: Sendable {
         write(WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: buffer))
     }
 
+    /// Queues a binary frame of raw bytes, as given (tests send odd lengths and garbage with it).
+    public func send(bytes: [UInt8]) {
+        var buffer = channel.allocator.buffer(capacity: bytes.count)
+        buffer.writeBytes(bytes)
+        write(WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: buffer))
+    }
+
     /// Sends a close frame and stops writing.
     public func close(code: UInt16 = 1000) {
         var buffer = channel.allocator.buffer(capacity: 2)

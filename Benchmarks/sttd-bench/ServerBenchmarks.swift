@@ -1,0 +1,145 @@
+import DBus
+import Foundation
+import TestSupport
+
+/// The local Deepgram-compatible server: several clients sharing one loaded model, against one
+/// process per client (each loading its own model, what users do today).
+extension Benchmarks {
+    /// What one or more SDK clients measured: finals' latencies (from sending a final's last
+    /// audio to receiving it), words, errors.
+    struct ServerRun {
+        var latencies: [Double] = []
+        var finals = 0
+        var errors: [String] = []
+        var cpuSeconds = 0.0
+        var peakRSSKB = 0
+    }
+
+    /// Runs `Tests/Clients/deepgram_sdk_stream.py` as a child process (its wait polls, so no
+    /// thread blocks) and returns the summaries of its clients.
+    static func sdkClients(url: String, wav: String, options: [String]) async throws -> [[String: Any]] {
+        let python = try DeepgramSDKClient.interpreter()
+        let directory = try makeTemporaryDirectory("sttd-bench-sdk")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let child = try ChildProcess(
+            python, [DeepgramSDKClient.script, url, wav] + options, stdout: "\(directory)/out",
+            stderr: "\(directory)/err")
+        let started = ContinuousClock.now
+        while child.isRunning {
+            guard ContinuousClock.now - started < .seconds(600) else {
+                child.stop(grace: 1)
+                throw BenchError("the SDK client did not finish within 10 minutes")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let output = (try? String(contentsOfFile: "\(directory)/out", encoding: .utf8)) ?? ""
+        guard let line = output.split(separator: "\n").last,
+            let object = try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any]
+        else {
+            let errors = (try? String(contentsOfFile: "\(directory)/err", encoding: .utf8)) ?? ""
+            throw BenchError("the SDK client failed: \(errors.suffix(1000))")
+        }
+        return (object["clients"] as? [[String: Any]]) ?? [object]
+    }
+
+    static func summarize(_ clients: [[String: Any]], into run: inout ServerRun) {
+        for client in clients {
+            let finals = (client["finals"] as? [[String: Any]]) ?? []
+            run.finals += finals.count
+            run.latencies += finals.compactMap { $0["latency"] as? Double }
+            run.errors += (client["errors"] as? [String]) ?? []
+        }
+    }
+
+    /// Streams with `clients` SDK clients to each of `services` at once (in real time), and
+    /// measures the services' CPU time and the sum of their peak RSS.
+    static func serverRun(_ services: [SttdFixture], clients: Int, wav: String) async throws -> ServerRun {
+        let addresses = try await services.asyncMap { try await $0.property("ServerAddress")?.string ?? "" }
+        let before = try services.map { try ProcessSample(pid: $0.sttd.pid) }
+        var run = ServerRun()
+        try await withThrowingTaskGroup(of: ServerRun.self) { group in
+            for address in addresses {
+                group.addTask {
+                    let options = ["--trail-silence", "1.5"] + (clients > 1 ? ["--clients", "\(clients)"] : [])
+                    var part = ServerRun()
+                    summarize(try await sdkClients(url: address, wav: wav, options: options), into: &part)
+                    return part
+                }
+            }
+            for try await part in group {
+                run.latencies += part.latencies
+                run.finals += part.finals
+                run.errors += part.errors
+            }
+        }
+        let after = try services.map { try ProcessSample(pid: $0.sttd.pid) }
+        run.cpuSeconds = zip(before, after).reduce(0) { $0 + $1.1.cpuSeconds - $1.0.cpuSeconds }
+        run.peakRSSKB = after.reduce(0) { $0 + $1.peakRSSKB }
+        return run
+    }
+
+    // 14
+    static func localServerConcurrency() async throws -> Row {
+        _ = try sherpaSettings()
+        let directory = try makeTemporaryDirectory("sttd-bench-server")
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        // The five clips, each followed by a second of silence (separate utterances): ~30 s.
+        var samples: [Int16] = []
+        for recording in try LibriVox.recordings() {
+            samples += try wavSamples(recording.path) + [Int16](repeating: 0, count: 16_000)
+        }
+        let audio = Double(samples.count) / 16_000
+        let wav = "\(directory)/clips.wav"
+        try writeWAV(samples, to: wav)
+        let warmUp = try LibriVox.recordings()[1].path
+        let config = "[server]\nlisten = \"127.0.0.1:0\"\n[local]\nengine = \"moonshine\"\n"
+        func service() async throws -> SttdFixture {
+            let sttd = try await SttdFixture(config: config, environment: ["STTD_LOG_LEVEL": "info"])
+            // Loads the model (a cold start is row 11's).
+            _ = try await sdkClients(
+                url: try await sttd.property("ServerAddress")?.string ?? "", wav: warmUp, options: ["--pace", "0.02"])
+            return sttd
+        }
+
+        let shared = try await service()
+        let single = try await serverRun([shared], clients: 1, wav: wav)
+        let four = try await serverRun([shared], clients: 4, wav: wav)
+        var separate: [SttdFixture] = []
+        for _ in 0..<4 { separate.append(try await service()) }
+        let processes = try await serverRun(separate, clients: 1, wav: wav)
+        let problems = single.errors + four.errors + processes.errors
+        guard problems.isEmpty else { throw BenchError("clients failed: \(problems.prefix(3))") }
+        guard !single.latencies.isEmpty, !four.latencies.isEmpty, !processes.latencies.isEmpty else {
+            throw BenchError("a run got no finals")
+        }
+
+        let mb = { (kb: Int) in Double(kb) / 1024 }
+        let p99Single = percentile(single.latencies, 99)
+        let (p50Four, p99Four) = (percentile(four.latencies, 50), percentile(four.latencies, 99))
+        return Row(
+            number: 14,
+            name:
+                "local server: 4 concurrent SDK streams of the LibriVox clips (\(format(audio, 0)) s each, real time)",
+            result:
+                "one sttd: peak RSS \(format(mb(four.peakRSSKB), 0)) MB (\(format(Double(four.peakRSSKB) / Double(single.peakRSSKB), 2))× one stream), finals p50 \(format(p50Four * 1000, 0)) ms, p99 \(format(p99Four * 1000, 0)) ms (one stream: p99 \(format(p99Single * 1000, 0)) ms), CPU \(format(four.cpuSeconds / audio / 4, 3)) s per audio s per stream",
+            aim: "RSS < 1.3× one process, finals p99 ≤ 2× one stream's",
+            anchor:
+                "4 processes, one stream each: RSS \(format(mb(processes.peakRSSKB), 0)) MB in all, finals p50 \(format(percentile(processes.latencies, 50) * 1000, 0)) ms, p99 \(format(percentile(processes.latencies, 99) * 1000, 0)) ms, CPU \(format(processes.cpuSeconds / audio / 4, 3)) s per audio s per stream",
+            values: [
+                "rss_mb": mb(four.peakRSSKB), "single_stream_rss_mb": mb(single.peakRSSKB),
+                "processes_rss_mb": mb(processes.peakRSSKB), "p50_ms": p50Four * 1000, "p99_ms": p99Four * 1000,
+                "single_p99_ms": p99Single * 1000, "processes_p99_ms": percentile(processes.latencies, 99) * 1000,
+                "cpu_per_audio_second_per_stream": four.cpuSeconds / audio / 4,
+                "processes_cpu_per_audio_second_per_stream": processes.cpuSeconds / audio / 4,
+                "finals": Double(four.finals),
+            ])
+    }
+}
+
+extension Array {
+    fileprivate func asyncMap<T>(_ transform: (Element) async throws -> T) async rethrows -> [T] {
+        var result: [T] = []
+        for element in self { result.append(try await transform(element)) }
+        return result
+    }
+}
