@@ -6,9 +6,11 @@ import Logging
 /// The decoder threads every session of the engine shares, with the one loaded model: D-Bus
 /// dictation and the local server's streams are equals here.
 ///
-/// - Order: a session's work runs in the order it was queued, on one thread at a time; work of
-///   different sessions runs on up to `threads` threads at once, on the one model (onnxruntime
-///   runs a loaded model from several threads at once).
+/// - Order: a session's work runs in the order it was queued, one item at a time, except that an
+///   interim may still be decoding when the session's next work starts: that voids it (a final
+///   never waits for an interim, and no interim goes out after the work that followed it). Work
+///   of different sessions runs on up to `threads` threads at once, on the one model
+///   (onnxruntime runs a loaded model from several threads at once).
 /// - Priority: finals, speculative decodes and events go first, the longest-waiting first. An
 ///   interim runs only when no other work is waiting; a newer interim replaces a queued one, and
 ///   a queued interim is dropped when its utterance's speculative decode or final is queued. So
@@ -40,8 +42,11 @@ final class SherpaDecoders: @unchecked Sendable {
         let session: SherpaSession
         var items: [Item] = []
         var weight = 0
-        /// A thread is running one of its items.
+        /// A thread is running one of its items other than an interim.
         var busy = false
+        /// A thread is decoding an interim of it. Other work of the session may run meanwhile
+        /// (a final need not wait for an interim): taking it voids that interim.
+        var interimRunning = false
     }
 
     init(settings: SherpaSettings, shared: SherpaShared, logger: Logger) {
@@ -143,14 +148,17 @@ final class SherpaDecoders: @unchecked Sendable {
         queues[key] = queue
     }
 
-    /// The next work to run: the oldest non-interim head of an idle session, else the oldest
-    /// interim when nothing else waits. Marks its session busy.
+    /// The next work to run: the oldest non-interim head of a session no thread runs such work
+    /// of, else the oldest interim when nothing else waits. Marks what it took as running.
     private func takeWork() -> (SherpaSession, SherpaWork)? {
         var best: (key: ObjectIdentifier, sequence: UInt64, interim: Bool)?
         for (key, queue) in queues where !queue.busy {
             guard let head = queue.items.first else { continue }
             let interim = if case .interim = head.work { true } else { false }
-            if let current = best, (current.interim ? 1 : 0, current.sequence) <= (interim ? 1 : 0, head.sequence) { continue }
+            if interim && queue.interimRunning { continue }
+            if let current = best, (current.interim ? 1 : 0, current.sequence) <= (interim ? 1 : 0, head.sequence) {
+                continue
+            }
             best = (key, head.sequence, interim)
         }
         guard let best, var queue = queues[best.key] else { return nil }
@@ -159,7 +167,13 @@ final class SherpaDecoders: @unchecked Sendable {
         if best.interim && queues.values.contains(where: { $0.items.contains { $0.work.isDecode } }) { return nil }
         let item = queue.items.removeFirst()
         queue.weight -= item.work.weight
-        queue.busy = true
+        if best.interim {
+            queue.interimRunning = true
+            queue.session.interims.withLock { $0.void = false }
+        } else {
+            queue.busy = true
+            if queue.interimRunning { queue.session.interims.withLock { $0.void = true } }
+        }
         queues[best.key] = queue
         return (queue.session, item.work)
     }
@@ -194,6 +208,8 @@ final class SherpaDecoders: @unchecked Sendable {
                 if case .end = work {
                     queues[key] = nil
                     lastEnded = .now
+                } else if case .interim = work {
+                    queues[key]?.interimRunning = false
                 } else {
                     queues[key]?.busy = false
                 }
@@ -271,7 +287,7 @@ final class SherpaDecoders: @unchecked Sendable {
     private func perform(_ work: SherpaWork, for session: SherpaSession, engine: SherpaEngine?) {
         switch work {
         case .event(let event):
-            session.events.deliver(event)
+            session.interims.withLock { _ in session.events.deliver(event) }
         case .resumed:
             session.speculative = nil
         case .interim(let utterance):
@@ -279,22 +295,28 @@ final class SherpaDecoders: @unchecked Sendable {
             let started = ContinuousClock.now
             let text = engine.decode(utterance.samples)
             session.interimDecoded(took: started.duration(to: .now))
-            guard !text.isEmpty, text != session.lastInterim else { return }
-            session.lastInterim = text
-            session.events.deliver(.result(result(text, utterance, isFinal: false)))
+            session.interims.withLock { interims in
+                guard !interims.void, !text.isEmpty, text != interims.lastText else { return }
+                interims.lastText = text
+                session.events.deliver(.result(result(text, utterance, isFinal: false)))
+            }
         case .speculative(let utterance):
             guard let engine else { return }
             session.speculative = (engine.decode(utterance.samples), utterance.samples.count)
         case .final(let utterance, let fromFinalize):
             let reused = session.speculative.flatMap { $0.samples == utterance.samples.count ? $0.text : nil }
             session.speculative = nil
-            session.lastInterim = ""
             let text = utterance.samples.isEmpty ? "" : reused ?? engine?.decode(utterance.samples) ?? ""
-            guard !text.isEmpty || fromFinalize else { return }
             var final = result(text, utterance, isFinal: true)
             final.fromFinalize = fromFinalize
-            session.events.deliver(.result(final))
+            session.interims.withLock { interims in
+                interims.lastText = ""
+                guard !text.isEmpty || fromFinalize else { return }
+                session.events.deliver(.result(final))
+            }
         case .end(let error):
+            // After an interim still decoding has delivered, or been voided (taking this did).
+            session.interims.withLock { _ in }
             session.complete(error.map { .failure($0) } ?? .success(()))
         }
     }

@@ -31,18 +31,26 @@ final class SherpaSession: RecognitionSession {
         var runners: [Runner] = []
     }
 
-    /// Interims: at least 2 s of new audio apart, and eight times the last interim decode's time,
-    /// also across utterances (so after the first they take at most an eighth of real time, however
-    /// long the utterance). A decode costs about 65 ms per token however short the audio, and
+    /// Interims: the first 2 s into an utterance, then eight times the last interim decode's time
+    /// apart (so after the first they take at most an eighth of real time, however long the
+    /// utterance). A decode costs about 65 ms per token however short the audio, and
     /// under 1.5 s Moonshine often invents words, so an early interim costs about as much as the
     /// final and says little.
     static let minInterimSpacing = AudioFormat.sampleRate * 2
     static let interimCostFactor = 8
 
-    // Decoder-side state: touched only by the decoder thread that holds the session (see
-    // SherpaDecoders), never by two threads at once.
+    // Decoder-side state: touched only by the thread running the session's non-interim work
+    // (SherpaDecoders runs that one item at a time).
     nonisolated(unsafe) var speculative: (text: String, samples: Int)?
-    nonisolated(unsafe) var lastInterim = ""
+    /// An interim may decode beside the session's other work; this decides whether it still
+    /// goes out. Results are delivered under this lock, so a void interim never follows a final.
+    let interims = Mutex(Interims())
+
+    struct Interims {
+        var lastText = ""
+        /// Newer work was taken while an interim decoded: its text must not go out.
+        var void = false
+    }
 
     init(
         decoders: SherpaDecoders, library: SherpaLibrary, model: SherpaModel, interimResults: Bool,
@@ -81,6 +89,7 @@ final class SherpaSession: RecognitionSession {
                 switch event {
                 case .started:
                     input.lastInterimAt = 0
+                    input.interimSpacing = Self.minInterimSpacing
                     work.append(.event(.speechActivity(true)))
                 case .paused:
                     // Decode during the hangover: if speech does not resume, this is the final.
