@@ -235,10 +235,14 @@ struct SherpaOnnxTests {
         #expect(recorder.results.isEmpty)
     }
 
-    /// Four sessions at once share one model (as D-Bus dictation and server streams do): each
-    /// gets the finals it gets alone, nothing mixes between them, and the model loads once.
-    @Test func concurrentSessionsShareOneModelAndKeepTheirOwnFinals() async throws {
-        let recognizer = SherpaOnnxRecognizer(settings: try installedSherpa(), logger: logger)
+    /// Four sessions at once share one model (as D-Bus dictation and server streams do), on one
+    /// decoder thread or two: each gets the finals it gets alone, nothing mixes between them, and
+    /// the model loads once.
+    @Test(arguments: [1, 2])
+    func concurrentSessionsShareOneModelAndKeepTheirOwnFinals(threads: Int) async throws {
+        var settings = try installedSherpa()
+        settings.decoderThreads = threads
+        let recognizer = SherpaOnnxRecognizer(settings: settings, logger: logger)
         let recordings = Array(try LibriVox.recordings().prefix(4))
         var alone: [[String]] = []
         for recording in recordings {

@@ -21,9 +21,11 @@ public struct SherpaSettings: Sendable, Equatable {
     /// onnxruntime threads per decode. One: a second thread halves no latency worth its CPU on 2
     /// cores (measured: 0.28 → 0.56 CPU s per audio s).
     public var threads: Int32 = 1
-    /// Decodes run at once, for different sessions (D-Bus dictation, server streams): one per
-    /// core, at most 4. A single session uses one at a time.
-    public var decoderThreads = min(4, max(1, ProcessInfo.processInfo.activeProcessorCount))
+    /// Decodes that may run at once. One: every decode running beside another costs about
+    /// 300 MB more (onnxruntime's arena grows per concurrent run), while one thread keeps up with
+    /// four real-time streams on 2 cores (0.26 CPU-s per audio s each), only with later finals
+    /// (bench row 14: 435 MB and p99 9.2 s with one; 816 MB and p99 4.6 s with two).
+    public var decoderThreads = 1
 
     public init(
         libraryPath: String?, sessionConfigPath: String?, model: SherpaModel.Kind, modelDirectory: String?,
