@@ -42,7 +42,12 @@ extension Integration {
                 ourErrors += ours * Double(recording.reference.count) / 100
                 theirErrors += theirs * Double(recording.reference.count) / 100
                 words += recording.reference.count
-                #expect(abs(ours - theirs) <= 3, "\(recording.id): sttd \(ours)% vs pocketsphinx_continuous \(theirs)%")
+                // The virtual microphone resamples (16 kHz → the sink's rate → 16 kHz), so the
+                // samples differ slightly from the file's and either tool may get one word the
+                // other misses (it went both ways in CI): at most one word worse per file.
+                let oneWord = 100 / Double(recording.reference.count)
+                #expect(
+                    ours <= theirs + oneWord + 0.001, "\(recording.id): sttd \(ours)% vs pocketsphinx_continuous \(theirs)%")
                 report.append(
                     "\(recording.id): sttd \(String(format: "%.1f", ours))% \"\(transcript)\" | pocketsphinx_continuous \(String(format: "%.1f", theirs))%"
                 )
@@ -61,7 +66,7 @@ extension Integration {
                 "WER over \(words) words: sttd \(String(format: "%.2f", ourWER))%, pocketsphinx_continuous \(String(format: "%.2f", theirWER))%"
             )
             for line in report { print("  " + line) }
-            #expect(abs(ourWER - theirWER) <= 3, "sttd \(ourWER)% vs pocketsphinx_continuous \(theirWER)%")
+            #expect(ourWER <= theirWER + 3, "sttd \(ourWER)% vs pocketsphinx_continuous \(theirWER)%")
         }
 
         @Test func killingPulseAudioFailsTheSessionAndKeepsFinals() async throws {
