@@ -24,7 +24,7 @@ public struct SherpaSettings: Sendable, Equatable {
     /// Decodes that may run at once. One: every decode running beside another costs about
     /// 300 MB more (onnxruntime's arena grows per concurrent run), while one thread keeps up with
     /// four real-time streams on 2 cores (0.26 CPU-s per audio s each), only with later finals
-    /// (bench row 14: 435 MB and p99 9.2 s with one; 816 MB and p99 4.6 s with two).
+    /// (bench row 14: 430 MB and p99 9–10 s with one; 816 MB and p99 4.6 s with two).
     public var decoderThreads = 1
 
     public init(
