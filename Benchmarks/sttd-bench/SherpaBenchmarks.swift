@@ -45,21 +45,6 @@ extension Benchmarks {
         }
     }
 
-    static func writeWAV(_ samples: [Int16], to path: String) throws {
-        var data = Data("RIFF".utf8)
-        func append<T: FixedWidthInteger>(_ value: T) {
-            withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) }
-        }
-        append(UInt32(36 + samples.count * 2))
-        data.append(contentsOf: Array("WAVEfmt ".utf8))
-        append(UInt32(16)); append(UInt16(1)); append(UInt16(1)); append(UInt32(16_000)); append(UInt32(32_000))
-        append(UInt16(2)); append(UInt16(16))
-        data.append(contentsOf: Array("data".utf8))
-        append(UInt32(samples.count * 2))
-        samples.withUnsafeBytes { data.append(contentsOf: $0) }
-        try data.write(to: URL(fileURLWithPath: path))
-    }
-
     static func spokenWER(_ texts: [String], _ clips: [Clip]) -> Double {
         var errors = 0.0
         var count = 0

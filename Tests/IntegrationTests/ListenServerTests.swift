@@ -36,15 +36,7 @@ extension Integration {
             defer { try? FileManager.default.removeItem(atPath: padded) }
             for recording in try LibriVox.recordings() {
                 // The D-Bus session, as MoonshineTests dictates it.
-                let recorder = try await sttd.record()
-                try await sttd.call("StartTranscribing", [.vardict([])])
-                let file = "\(padded)/\(recording.id).wav"
-                try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recording.path), to: file)
-                try sttd.pulse.play(file)
-                await recorder.wait(timeout: .seconds(10)) { signals in
-                    signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
-                }
-                let viaDBus = try await sttd.call("StopTranscribing").first?.string ?? ""
+                let (viaDBus, _) = try await sttd.dictatePadded(recording.path, as: recording.id, in: padded)
 
                 // The same audio through the SDK, with the same trailing silence before CloseStream.
                 let summary = try DeepgramSDKClient.stream(

@@ -27,19 +27,8 @@ extension Integration {
             var directErrors = 0.0
             var words = 0
             for recording in try LibriVox.recordings() {
-                let recorder = try await sttd.record()
-                try await sttd.call("StartTranscribing", [.vardict([])])
-                // The null sink's monitor misses the first ~100 ms of a stream that starts while
-                // it runs (the sink rewinds over audio the monitor already passed on); half a
-                // second of silence first, as before a person speaks, keeps every word in.
-                let file = "\(padded)/\(recording.id).wav"
-                try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recording.path), to: file)
-                try sttd.pulse.play(file)
-                // The VAD's hangover closes the utterance, as after a spoken sentence.
-                await recorder.wait(timeout: .seconds(10)) { signals in
-                    signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
-                }
-                let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+                let (transcript, recorder) = try await sttd.dictatePadded(
+                    recording.path, as: recording.id, in: padded)
                 let samples = try wavSamples(recording.path).map { Float($0) / 32768 }
                 let direct = try SherpaOnnxRecognizer.transcribe(samples, settings: settings)
                 let ours = wordErrorRate(reference: recording.reference, hypothesis: Self.words(transcript))
@@ -79,27 +68,4 @@ extension Integration {
             #expect(sttd.sttd.isRunning)
         }
     }
-}
-
-/// Writes 16 kHz mono 16-bit samples as a WAV file.
-func writeWAV(_ samples: [Int16], to path: String) throws {
-    var data = Data()
-    func append<T: FixedWidthInteger>(_ value: T) {
-        withUnsafeBytes(of: value.littleEndian) { data.append(contentsOf: $0) }
-    }
-    let bytes = UInt32(samples.count * 2)
-    data.append(contentsOf: Array("RIFF".utf8))
-    append(36 + bytes)
-    data.append(contentsOf: Array("WAVEfmt ".utf8))
-    append(UInt32(16))
-    append(UInt16(1))
-    append(UInt16(1))
-    append(UInt32(16_000))
-    append(UInt32(32_000))
-    append(UInt16(2))
-    append(UInt16(16))
-    data.append(contentsOf: Array("data".utf8))
-    append(bytes)
-    samples.withUnsafeBytes { data.append(contentsOf: $0) }
-    try data.write(to: URL(fileURLWithPath: path))
 }
