@@ -11,7 +11,7 @@ SYSTEMD_USER_DIR ?= $(HOME)/.config/systemd/user
 SWIFT ?= swift
 # The offline engine and model scripts/setup unpacks (versioned folders; see scripts/setup).
 SHERPA_ENGINE ?= sherpa-onnx-2.0.1
-SHERPA_MODEL ?= moonshine-base-en-0.1.4
+SHERPA_MODEL ?= moonshine-base-en-0.1.4-f32
 
 .PHONY: all build release setup test demo bench install uninstall clean
 
@@ -52,7 +52,7 @@ install: release
 		install -d $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE)/lib $(DESTDIR)$(DATADIR)/sttd/models/$(SHERPA_MODEL); \
 		install -m 755 .build/engines/$(SHERPA_ENGINE)/lib/*.so $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE)/lib/; \
 		install -m 644 .build/engines/$(SHERPA_ENGINE)/session.conf $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE)/; \
-		install -m 644 .build/models/$(SHERPA_MODEL)/*.ort .build/models/$(SHERPA_MODEL)/tokens.txt \
+		install -m 644 .build/models/$(SHERPA_MODEL)/*.onnx .build/models/$(SHERPA_MODEL)/tokens.txt \
 			.build/models/$(SHERPA_MODEL)/LICENSE $(DESTDIR)$(DATADIR)/sttd/models/$(SHERPA_MODEL)/; \
 	else \
 		echo "make install: no sherpa-onnx engine in .build (scripts/setup fetches it); sttd will use pocketsphinx"; \

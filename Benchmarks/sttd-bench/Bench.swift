@@ -44,7 +44,8 @@ struct Row: Sendable {
     var values: [String: Double]
 }
 
-/// Process figures from /proc.
+/// Process figures from /proc, of a process and its child processes together (sttd runs the
+/// offline model in a child): CPU of both, RSS and peaks added up.
 struct ProcessSample {
     /// CPU time of the process, threads that ended included (tick resolution).
     var cpuSeconds: Double
@@ -77,7 +78,8 @@ struct ProcessSample {
         // Fields after the command name (which may contain spaces) start at ") ".
         let fields = stat[stat.range(of: ") ")!.upperBound...].split(separator: " ")
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
-        cpuSeconds = (Double(fields[11])! + Double(fields[12])!) / ticks
+        // Its own, and its children's that ended (cutime, cstime).
+        cpuSeconds = (Double(fields[11])! + Double(fields[12])! + Double(fields[13])! + Double(fields[14])!) / ticks
         // utime/stime are tick-sampled and rescaled (they can show 10 ms where nothing ran);
         // each live thread's schedstat has its run time in nanoseconds.
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
@@ -106,6 +108,28 @@ struct ProcessSample {
         let rollup = (try? String(contentsOfFile: "/proc/\(pid)/smaps_rollup", encoding: .utf8)) ?? ""
         let anonymous = rollup.split(separator: "\n").first { $0.hasPrefix("Anonymous:") } ?? ""
         ownKB = Int(anonymous.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0
+        for child in Self.children(of: pid) {
+            guard let sample = try? ProcessSample(pid: child) else { continue }
+            cpuSeconds += sample.cpuSeconds
+            for (thread, seconds) in sample.threadRunSeconds { threadRunSeconds["\(child)/\(thread)"] = seconds }
+            for (thread, switches) in sample.threadSwitches { threadSwitches["\(child)/\(thread)"] = switches }
+            rssKB += sample.rssKB
+            peakRSSKB += sample.peakRSSKB
+            ownKB += sample.ownKB
+        }
+    }
+
+    /// The processes whose parent is `pid`.
+    static func children(of pid: pid_t) -> [pid_t] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { entry in
+            guard let child = pid_t(entry),
+                let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+                let end = stat.range(of: ") ")
+            else { return nil }
+            let fields = stat[end.upperBound...].split(separator: " ")
+            return fields.count > 1 && pid_t(fields[1]) == pid ? child : nil
+        }
     }
 }
 

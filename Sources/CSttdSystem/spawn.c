@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <spawn.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -104,4 +105,60 @@ int sttd_wait_child(pid_t pid, int timeout_ms, int *status) {
         done = waitpid(pid, status, pidfd >= 0 ? 0 : WNOHANG);
     } while (done < 0 && errno == EINTR);
     return done == pid ? 1 : (done == 0 ? 0 : -1);
+}
+
+int sttd_spawn_mapped(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                      const int *fds, int count) {
+    // Copies first, above every target number, so no dup2 overwrites a later source.
+    int copies[count];
+    for (int i = 0; i < count; i++) {
+        copies[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, count + 3);
+        if (copies[i] < 0) {
+            int error = errno;
+            while (i-- > 0) close(copies[i]);
+            return error;
+        }
+    }
+    posix_spawn_file_actions_t actions;
+    posix_spawnattr_t attributes;
+    int result = posix_spawn_file_actions_init(&actions);
+    if (result == 0) {
+        result = posix_spawnattr_init(&attributes);
+        if (result == 0) {
+            for (int i = 0; i < count; i++) posix_spawn_file_actions_adddup2(&actions, copies[i], i);
+            posix_spawn_file_actions_addclosefrom_np(&actions, count);
+            reset_signals(&attributes, 0);
+            result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
+            posix_spawnattr_destroy(&attributes);
+        }
+        posix_spawn_file_actions_destroy(&actions);
+    }
+    for (int i = 0; i < count; i++) close(copies[i]);
+    return result;
+}
+
+int sttd_socketpair(int fds[2]) { return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds); }
+
+int sttd_send_all(int fd, const void *bytes, size_t count) {
+    const char *at = bytes;
+    while (count > 0) {
+        ssize_t sent = send(fd, at, count, MSG_NOSIGNAL);
+        if (sent < 0 && errno == EINTR) continue;
+        if (sent <= 0) return -1;
+        at += sent;
+        count -= (size_t)sent;
+    }
+    return 0;
+}
+
+int sttd_receive_all(int fd, void *bytes, size_t count) {
+    char *at = bytes;
+    while (count > 0) {
+        ssize_t received = recv(fd, at, count, 0);
+        if (received < 0 && errno == EINTR) continue;
+        if (received <= 0) return -1;
+        at += received;
+        count -= (size_t)received;
+    }
+    return 0;
 }

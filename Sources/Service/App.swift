@@ -278,15 +278,25 @@ public enum SttdApp {
             return PocketSphinxRecognizer(
                 modelDirectory: local.modelDirectory, logger: logger, validator: ModelCheck.inChildProcess)
         case .moonshine:
-            return SherpaOnnxRecognizer(
-                settings: SherpaSettings(
-                    libraryPath: install.libraryPath,
-                    sessionConfigPath: install.engineDirectory.map { "\($0)/session.conf" },
-                    model: local.sherpaModelKind, modelDirectory: modelDirectory,
-                    unloadAfter: .seconds(local.unloadAfterSeconds)),
-                logger: logger)
+            var settings = SherpaSettings(
+                libraryPath: install.libraryPath,
+                sessionConfigPath: install.engineDirectory.map { "\($0)/session.conf" },
+                model: local.sherpaModelKind, modelDirectory: modelDirectory,
+                unloadAfter: .seconds(local.unloadAfterSeconds))
+            settings.workerExecutable = sttdExecutable
+            return SherpaOnnxRecognizer(settings: settings, logger: logger)
         }
     }
+
+    /// This process's executable when it is sttd, which runs the offline model in a child
+    /// (`sttd --offline-engine-worker`); nil in a test runner, which keeps it in-process.
+    static let sttdExecutable: String? = {
+        guard let path = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe"),
+            URL(fileURLWithPath: path).lastPathComponent == "sttd"
+        else { return nil }
+        // The running image itself, even if an upgrade replaced the file since.
+        return "/proc/self/exe"
+    }()
 
     /// The history store, or nil when `history = false` or it cannot be opened (logged: dictation
     /// still works, finals still go out on the bus).

@@ -22,10 +22,16 @@ struct Sttd: ParsableCommand {
     @Option(name: .customLong("check-model"), help: .hidden)
     var checkModel: String?
 
+    @Option(name: .customLong("offline-engine-worker"), parsing: .upToNextOption, help: .hidden)
+    var offlineEngineWorker: [String] = []
+
     func run() throws {
         if printIntrospection {
             print(SpeechAPI.document, terminator: "")
             return
+        }
+        if !offlineEngineWorker.isEmpty {
+            throw ExitCode(SherpaOnnxRecognizer.serveWorker(offlineEngineWorker))
         }
         if let checkModel {
             throw ExitCode(PocketSphinxRecognizer.checkModel(directory: checkModel) ? 0 : 1)

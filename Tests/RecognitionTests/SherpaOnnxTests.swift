@@ -16,6 +16,28 @@ func installedSherpa(unloadAfter: Duration = .seconds(300)) throws -> SherpaSett
     return settings
 }
 
+/// The same, with the model in a child process of the built `sttd` (as the service runs it).
+func sherpaInWorker(_ settings: SherpaSettings) throws -> SherpaSettings {
+    var settings = settings
+    settings.workerExecutable = try builtExecutable("sttd")
+    return settings
+}
+
+/// This process's engine workers (`sttd --offline-engine-worker`).
+func engineWorkers() -> [pid_t] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap { entry -> pid_t? in
+        guard let pid = pid_t(entry),
+            let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+            let end = stat.range(of: ") "),
+            pid_t(stat[end.upperBound...].split(separator: " ")[1]) == getpid(),
+            let command = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline"),
+            String(decoding: command, as: UTF8.self).contains("--offline-engine-worker")
+        else { return nil }
+        return pid
+    }
+}
+
 func floats(_ samples: [Int16]) -> [Float] { samples.map { Float($0) / 32768 } }
 
 /// Words of an engine's punctuated text: "ill-disposed" is the references' "ill disposed".
@@ -186,18 +208,19 @@ struct SherpaOnnxTests {
         }
     }
 
-    @Test func corruptModelIsAClearErrorNotACrash() async throws {
-        let settings = try installedSherpa()
+    @Test(arguments: [false, true])
+    func corruptModelIsAClearErrorNotACrash(inWorker: Bool) async throws {
+        let settings = inWorker ? try sherpaInWorker(try installedSherpa()) : try installedSherpa()
         let installed = try #require(settings.modelDirectory)
         let directory = try makeTemporaryDirectory("sherpa-corrupt")
         let files = FileManager.default
         try files.createSymbolicLink(
-            atPath: "\(directory)/decoder_model_merged.ort",
-            withDestinationPath: "\(installed)/decoder_model_merged.ort")
+            atPath: "\(directory)/decoder_model_merged.onnx",
+            withDestinationPath: "\(installed)/decoder_model_merged.onnx")
         try files.createSymbolicLink(atPath: "\(directory)/tokens.txt", withDestinationPath: "\(installed)/tokens.txt")
         // The first megabyte of the real encoder: a truncated download.
-        let encoder = try Data(contentsOf: URL(fileURLWithPath: "\(installed)/encoder_model.ort"))
-        try encoder.prefix(1_000_000).write(to: URL(fileURLWithPath: "\(directory)/encoder_model.ort"))
+        let encoder = try Data(contentsOf: URL(fileURLWithPath: "\(installed)/encoder_model.onnx"))
+        try encoder.prefix(1_000_000).write(to: URL(fileURLWithPath: "\(directory)/encoder_model.onnx"))
         var corrupt = settings
         corrupt.modelDirectory = directory
         let recognizer = SherpaOnnxRecognizer(settings: corrupt, logger: logger)
@@ -216,12 +239,16 @@ struct SherpaOnnxTests {
         #expect(!recognizer.isModelLoaded)
     }
 
-    @Test func unloadsAfterIdleAndReloadsOnTheNextSession() async throws {
-        let recognizer = SherpaOnnxRecognizer(settings: try installedSherpa(unloadAfter: .seconds(1)), logger: logger)
+    @Test(arguments: [false, true])
+    func unloadsAfterIdleAndReloadsOnTheNextSession(inWorker: Bool) async throws {
+        let settings = try installedSherpa(unloadAfter: .seconds(1))
+        let recognizer = SherpaOnnxRecognizer(settings: inWorker ? try sherpaInWorker(settings) : settings, logger: logger)
         let samples = try wavSamples(try LibriVox.recordings()[4].path) + silence(1)
         let first = try await dictate(samples, with: recognizer)
         #expect(first.results.contains { $0.isFinal })
+        #expect(engineWorkers().count == (inWorker ? 1 : 0))
         #expect(await waitFor(timeout: .seconds(30)) { !recognizer.isModelLoaded }, "unloaded after idle")
+        #expect(await waitFor(timeout: .seconds(10)) { engineWorkers().isEmpty }, "the worker ended with the unload")
         let second = try await dictate(samples, with: recognizer)
         #expect(recognizer.loadCount == 2)
         #expect(second.results.filter(\.isFinal).map(\.text) == first.results.filter(\.isFinal).map(\.text))
@@ -238,9 +265,9 @@ struct SherpaOnnxTests {
     /// Four sessions at once share one model (as D-Bus dictation and server streams do), on one
     /// decoder thread or two: each gets the finals it gets alone, nothing mixes between them, and
     /// the model loads once.
-    @Test(arguments: [1, 2])
-    func concurrentSessionsShareOneModelAndKeepTheirOwnFinals(threads: Int) async throws {
-        var settings = try installedSherpa()
+    @Test(arguments: [(1, false), (2, false), (2, true)])
+    func concurrentSessionsShareOneModelAndKeepTheirOwnFinals(threads: Int, inWorker: Bool) async throws {
+        var settings = inWorker ? try sherpaInWorker(try installedSherpa()) : try installedSherpa()
         settings.decoderThreads = threads
         let recognizer = SherpaOnnxRecognizer(settings: settings, logger: logger)
         let recordings = Array(try LibriVox.recordings().prefix(4))
@@ -273,6 +300,30 @@ struct SherpaOnnxTests {
         }
         #expect(together == alone)
         #expect(recognizer.loadCount == 1)
+    }
+
+    /// The model runs in a worker process in sttd: if it dies, a new one takes over and
+    /// decodes what the dead one had not, so no words are lost.
+    @Test func aWorkerThatDiesIsReplacedAndNoWordIsLost() async throws {
+        let recognizer = SherpaOnnxRecognizer(settings: try sherpaInWorker(try installedSherpa()), logger: logger)
+        let recordings = try LibriVox.recordings()
+        let recorder = EventRecorder()
+        let session = try await recognizer.startSession(SessionOptions(interimResults: false), events: recorder)
+        async let failure = runToEnd(session)
+        send(try wavSamples(recordings[1].path) + silence(1), to: session)
+        #expect(await waitFor(timeout: .seconds(60)) { recorder.results.contains(where: \.isFinal) })
+        let workers = engineWorkers()
+        try #require(workers.count == 1)
+        kill(workers[0], SIGKILL)
+        // No silence after it: Stop's flush makes this sentence a final for the dead worker.
+        send(try wavSamples(recordings[1].path), to: session)
+        session.finish()
+        if let error = await failure { throw error }
+        let finals = recorder.results.filter(\.isFinal).map { spokenWords($0.text) }
+        let sentence = ["he", "was", "not", "an", "ill", "disposed", "young", "man"]
+        #expect(finals == [sentence, sentence])
+        #expect(recognizer.loadCount == 2)
+        #expect(engineWorkers().count == 1 && engineWorkers() != workers)
     }
 
     /// Finalize (Deepgram's flush): the speech so far becomes one final marked `fromFinalize`, the

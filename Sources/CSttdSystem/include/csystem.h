@@ -1,6 +1,7 @@
 #ifndef CSYSTEM_H
 #define CSYSTEM_H
 
+#include <stddef.h>
 #include <sys/types.h>
 
 /// Starts `path` with stdin/stdout/stderr opened on the given files, every other descriptor
@@ -13,6 +14,20 @@ int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const env
 /// Returns 0 or an errno value.
 int sttd_spawn_fds(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                    int stdin_fd, int stdout_fd, int stderr_fd);
+
+/// Starts `path` with `fds[i]` as its descriptor i (for i < count), every other descriptor closed,
+/// an empty signal mask and default signal dispositions. Returns 0 or an errno value.
+int sttd_spawn_mapped(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                      const int *fds, int count);
+
+/// A connected pair of local stream sockets (close-on-exec); 0, or -1 with errno set.
+int sttd_socketpair(int fds[2]);
+
+/// Sends all `count` bytes (no SIGPIPE when the peer is gone); 0, or -1 when the peer is gone.
+int sttd_send_all(int fd, const void *bytes, size_t count);
+
+/// Receives exactly `count` bytes; 0, or -1 on end of stream or error.
+int sttd_receive_all(int fd, void *bytes, size_t count);
 
 /// An anonymous in-memory file (close-on-exec), or -1 with errno set.
 int sttd_memfd(const char *name);

@@ -28,7 +28,7 @@ final class SherpaDecoders: @unchecked Sendable {
     private let condition = NSCondition()
     private var queues: [ObjectIdentifier: SessionQueue] = [:]
     private var sequence: UInt64 = 0
-    private var engine: SherpaEngine?
+    private var engine: (any SherpaDecoding)?
     private var loading = false
     private var lastEnded = ContinuousClock.now
     private var closed = false
@@ -47,6 +47,8 @@ final class SherpaDecoders: @unchecked Sendable {
         /// A thread is decoding an interim of it. Other work of the session may run meanwhile
         /// (a final need not wait for an interim): taking it voids that interim.
         var interimRunning = false
+        /// A final of it was queued again once after the engine failed.
+        var retriedFinal = false
     }
 
     init(settings: SherpaSettings, shared: SherpaShared, logger: Logger) {
@@ -243,8 +245,12 @@ final class SherpaDecoders: @unchecked Sendable {
         loading = true
         condition.unlock()
         let started = ContinuousClock.now
-        let result = Result { () throws(RecognitionError) in
-            try SherpaEngine(library: session.library, model: session.model, settings: settings)
+        let result = Result { () throws(RecognitionError) -> any SherpaDecoding in
+            if let executable = settings.workerExecutable {
+                return try SherpaWorkerProcess(
+                    executable: executable, model: session.model, settings: settings, channels: settings.decoderThreads)
+            }
+            return try SherpaEngine(library: session.library, model: session.model, settings: settings)
         }
         condition.lock()
         loading = false
@@ -284,16 +290,53 @@ final class SherpaDecoders: @unchecked Sendable {
     }
 
     /// Runs one item of a session's work, outside the lock.
-    private func perform(_ work: SherpaWork, for session: SherpaSession, engine: SherpaEngine?) {
+    private func perform(_ work: SherpaWork, for session: SherpaSession, engine: (any SherpaDecoding)?) {
+        /// The text, or nil when the engine failed: it is dropped, and the next work loads it
+        /// again (a worker process that died is started anew).
+        func decode(_ samples: [Float]) -> String? {
+            guard let engine else { return nil }
+            do {
+                return try engine.decode(samples)
+            } catch {
+                logger.error("offline engine failed", metadata: ["reason": "\(error.message)"])
+                condition.lock()
+                if self.engine === engine {
+                    self.engine = nil
+                    shared.loaded.store(false, ordering: .relaxed)
+                }
+                condition.unlock()
+                return nil
+            }
+        }
+        /// A final the engine failed on is decoded once more by the next engine; failing again,
+        /// the session ends with the error (its earlier finals stand).
+        func retry(_ work: SherpaWork) {
+            condition.lock()
+            let key = ObjectIdentifier(session)
+            let again = queues[key].map { !$0.retriedFinal } ?? false
+            if again {
+                queues[key]?.items.insert(Item(work: work, sequence: nextSequence()), at: 0)
+                queues[key]?.weight += work.weight
+                queues[key]?.retriedFinal = true
+            }
+            condition.unlock()
+            if !again {
+                stop(
+                    session,
+                    error: RecognitionError(
+                        .backendUnavailable,
+                        "The offline engine failed twice on this session's speech (sttd's log has the reason); the words recognized before are kept."
+                    ))
+            }
+        }
         switch work {
         case .event(let event):
             session.interims.withLock { _ in session.events.deliver(event) }
         case .resumed:
             session.speculative = nil
         case .interim(let utterance):
-            guard let engine else { return }
             let started = ContinuousClock.now
-            let text = engine.decode(utterance.samples)
+            guard let text = decode(utterance.samples) else { return }
             session.interimDecoded(took: started.duration(to: .now))
             session.interims.withLock { interims in
                 guard !interims.void, !text.isEmpty, text != interims.lastText else { return }
@@ -301,12 +344,15 @@ final class SherpaDecoders: @unchecked Sendable {
                 session.events.deliver(.result(result(text, utterance, isFinal: false)))
             }
         case .speculative(let utterance):
-            guard let engine else { return }
-            session.speculative = (engine.decode(utterance.samples), utterance.samples.count)
+            guard let text = decode(utterance.samples) else { return }
+            session.speculative = (text, utterance.samples.count)
         case .final(let utterance, let fromFinalize):
             let reused = session.speculative.flatMap { $0.samples == utterance.samples.count ? $0.text : nil }
             session.speculative = nil
-            let text = utterance.samples.isEmpty ? "" : reused ?? engine?.decode(utterance.samples) ?? ""
+            guard let text = utterance.samples.isEmpty ? "" : reused ?? decode(utterance.samples) else {
+                retry(work)
+                return
+            }
             var final = result(text, utterance, isFinal: true)
             final.fromFinalize = fromFinalize
             session.interims.withLock { interims in

@@ -21,11 +21,14 @@ public struct SherpaSettings: Sendable, Equatable {
     /// onnxruntime threads per decode. One: a second thread halves no latency worth its CPU on 2
     /// cores (measured: 0.28 → 0.56 CPU s per audio s).
     public var threads: Int32 = 1
-    /// Decodes that may run at once. One: every decode running beside another costs about
-    /// 300 MB more (onnxruntime's arena grows per concurrent run), while one thread keeps up with
-    /// four real-time streams on 2 cores (0.26 CPU-s per audio s each), only with later finals
-    /// (bench row 14: 430 MB and p99 9–10 s with one; 816 MB and p99 4.6 s with two).
-    public var decoderThreads = 1
+    /// Decodes that may run at once: two, one per core here, so a final need not wait for
+    /// another session's decode (or its own session's interim). With the float weights a decode
+    /// running beside another costs only its activations (bench rows 11 and 14).
+    public var decoderThreads = 2
+    /// Run the model in a child process started from this executable (sttd itself, with
+    /// `--offline-engine-worker`): unloading then gives all of onnxruntime's memory back, and an
+    /// engine crash cannot take the service down. Nil: in this process.
+    public var workerExecutable: String?
 
     public init(
         libraryPath: String?, sessionConfigPath: String?, model: SherpaModel.Kind, modelDirectory: String?,
@@ -113,6 +116,10 @@ public final class SherpaOnnxRecognizer: Recognizer {
         return decoders.begin(library: library, model: model, interimResults: options.interimResults, events: events)
     }
 
+    /// Runs `sttd --offline-engine-worker ARGS`: the model in a child process (see
+    /// ``SherpaSettings/workerExecutable``). Returns the exit status.
+    public static func serveWorker(_ arguments: [String]) -> Int32 { SherpaWorkerProcess.serve(arguments) }
+
     /// Decodes `samples` (16 kHz, -1…1) in one piece with a model of its own, as sherpa-onnx's
     /// examples do: the reference that tests and benchmarks hold sessions against.
     public static func transcribe(_ samples: [Float], settings: SherpaSettings) throws(RecognitionError) -> String {
@@ -136,7 +143,9 @@ public final class SherpaReference {
 }
 
 /// A loaded model. Not thread-safe: used on one thread at a time.
-final class SherpaEngine {
+final class SherpaEngine: @unchecked Sendable {
+    // @unchecked: immutable after init; sherpa-onnx decodes separate streams from several
+    // threads at once on one recognizer.
     let library: SherpaLibrary
     let model: SherpaModel
     private let recognizer: OpaquePointer

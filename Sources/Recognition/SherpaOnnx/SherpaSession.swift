@@ -31,13 +31,12 @@ final class SherpaSession: RecognitionSession {
         var runners: [Runner] = []
     }
 
-    /// Interims: the first 2 s into an utterance, then eight times the last interim decode's time
-    /// apart (so after the first they take at most an eighth of real time, however long the
-    /// utterance). A decode costs about 65 ms per token however short the audio, and
-    /// under 1.5 s Moonshine often invents words, so an early interim costs about as much as the
-    /// final and says little.
-    static let minInterimSpacing = AudioFormat.sampleRate * 2
-    static let interimCostFactor = 8
+    /// Interims: the first 1.5 s into an utterance, then at least fourteen times the last
+    /// interim decode's time apart, so they take at most a fourteenth of real time however long
+    /// the utterance grows (the finals take about a tenth). Under 1.5 s Moonshine often invents
+    /// words, so an earlier interim would say little.
+    static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
+    static let interimCostFactor = 14
 
     // Decoder-side state: touched only by the thread running the session's non-interim work
     // (SherpaDecoders runs that one item at a time).
@@ -158,7 +157,7 @@ final class SherpaSession: RecognitionSession {
         }
     }
 
-    /// The decoders report how long an interim took: the next waits for eight times as much audio.
+    /// The decoders report how long an interim took: the next waits for fourteen times as much audio.
     func interimDecoded(took: Duration) {
         input.withLock { $0.interimSpacing = max(Self.minInterimSpacing, Self.interimCostFactor * AudioFormat.samples(in: took)) }
     }
