@@ -31,12 +31,13 @@ final class SherpaSession: RecognitionSession {
         var runners: [Runner] = []
     }
 
-    /// Interims: the first 1.5 s into an utterance, then at least fourteen times the last
-    /// interim decode's time apart, so they take at most a fourteenth of real time however long
-    /// the utterance grows (the finals take about a tenth). Under 1.5 s Moonshine often invents
-    /// words, so an earlier interim would say little.
+    /// Interims: the first 1.5 s into an utterance, then at least twenty times the last interim
+    /// decode's time apart, so they take at most a twentieth of real time however long the
+    /// utterance grows (the finals take about a tenth). A decode's cost grows with the prefix,
+    /// so the spacing does too: about 1.5, 3.5 and 7.5 s into a long sentence here. Under 1.5 s
+    /// Moonshine often invents words, so an earlier interim would say little.
     static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
-    static let interimCostFactor = 14
+    static let interimCostFactor = 20
 
     // Decoder-side state: touched only by the thread running the session's non-interim work
     // (SherpaDecoders runs that one item at a time).
@@ -157,7 +158,7 @@ final class SherpaSession: RecognitionSession {
         }
     }
 
-    /// The decoders report how long an interim took: the next waits for fourteen times as much audio.
+    /// The decoders report how long an interim took: the next waits for twenty times as much audio.
     func interimDecoded(took: Duration) {
         input.withLock { $0.interimSpacing = max(Self.minInterimSpacing, Self.interimCostFactor * AudioFormat.samples(in: took)) }
     }
