@@ -22,6 +22,9 @@ final class SherpaSession: RecognitionSession {
         /// Where the last interim was cut, and how much new audio the next one needs.
         var lastInterimAt = 0
         var interimSpacing = SherpaSession.minInterimSpacing
+        /// Audio received, and the time interim decodes took so far: the interims' budget.
+        var received = 0
+        var interimTime = Duration.zero
     }
 
     private typealias Runner = CheckedContinuation<Result<Void, RecognitionError>, Never>
@@ -32,10 +35,12 @@ final class SherpaSession: RecognitionSession {
     }
 
     /// Interims: the first 1.5 s into an utterance, then at least twenty times the last interim
-    /// decode's time apart, so they take at most a twentieth of real time however long the
-    /// utterance grows (the finals take about a tenth). A decode's cost grows with the prefix,
-    /// so the spacing does too: about 1.5, 3.5 and 7.5 s into a long sentence here. Under 1.5 s
-    /// Moonshine often invents words, so an earlier interim would say little.
+    /// decode's time apart (a decode's cost grows with the prefix, so the spacing does too:
+    /// about 1.5, 3.5 and 7.5 s into a long sentence here), and only while all interim decodes
+    /// of the session so far took at most a twentieth of the audio received. That budget bounds
+    /// their cost however utterances fall (short ones each start with an interim at 1.5 s, and
+    /// an interim a final overtakes is wasted): the finals take about a tenth of real time.
+    /// Under 1.5 s Moonshine often invents words, so an earlier interim would say little.
     static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
     static let interimCostFactor = 20
 
@@ -84,6 +89,7 @@ final class SherpaSession: RecognitionSession {
         guard !chunk.samples.isEmpty else { return }
         input.withLock { input in
             guard input.open else { return }
+            input.received += chunk.samples.count
             var work: [SherpaWork] = []
             for event in input.segmenter.append(chunk.samples) {
                 switch event {
@@ -105,7 +111,8 @@ final class SherpaSession: RecognitionSession {
                 }
             }
             if interimResults, input.segmenter.inSpeech, !input.segmenter.isPaused,
-                input.segmenter.length - input.lastInterimAt >= input.interimSpacing
+                input.segmenter.length - input.lastInterimAt >= input.interimSpacing,
+                AudioFormat.samples(in: input.interimTime * Self.interimCostFactor) <= input.received
             {
                 input.lastInterimAt = input.segmenter.length
                 work.append(.interim(input.segmenter.currentAtWordBoundary))
@@ -158,9 +165,13 @@ final class SherpaSession: RecognitionSession {
         }
     }
 
-    /// The decoders report how long an interim took: the next waits for twenty times as much audio.
+    /// The decoders report how long an interim took: the next waits for twenty times as much
+    /// audio, and the session's interim budget is charged.
     func interimDecoded(took: Duration) {
-        input.withLock { $0.interimSpacing = max(Self.minInterimSpacing, Self.interimCostFactor * AudioFormat.samples(in: took)) }
+        input.withLock { input in
+            input.interimTime += took
+            input.interimSpacing = max(Self.minInterimSpacing, Self.interimCostFactor * AudioFormat.samples(in: took))
+        }
     }
 
     /// Called by the decoders after the session's last event; the first outcome counts.

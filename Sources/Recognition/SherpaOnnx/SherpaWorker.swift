@@ -171,15 +171,13 @@ final class SherpaWorkerProcess: SherpaDecoding {
             return 1
         case .success(let engine):
             sockets.forEach { send(status: 0, text: engine.library.version, on: $0) }
-            let threads = sockets.dropFirst().map { socket in
+            for socket in sockets.dropFirst() {
                 let thread = Thread { serve(socket, engine) }
                 thread.name = "sherpa-worker-\(socket)"
                 thread.start()
-                return thread
             }
             serve(sockets[0], engine)
-            // Every socket closed: the process ends (its other threads with it).
-            _ = threads
+            // sttd closes every socket at once: the first one closed ends the process.
             return 0
         }
     }
