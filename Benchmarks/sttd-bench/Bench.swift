@@ -108,7 +108,7 @@ struct ProcessSample {
         let rollup = (try? String(contentsOfFile: "/proc/\(pid)/smaps_rollup", encoding: .utf8)) ?? ""
         let anonymous = rollup.split(separator: "\n").first { $0.hasPrefix("Anonymous:") } ?? ""
         ownKB = Int(anonymous.split(whereSeparator: { $0 == " " || $0 == "\t" }).dropFirst().first ?? "0") ?? 0
-        for child in Self.children(of: pid) {
+        for child in childProcesses(of: pid) {
             guard let sample = try? ProcessSample(pid: child) else { continue }
             cpuSeconds += sample.cpuSeconds
             for (thread, seconds) in sample.threadRunSeconds { threadRunSeconds["\(child)/\(thread)"] = seconds }
@@ -116,19 +116,6 @@ struct ProcessSample {
             rssKB += sample.rssKB
             peakRSSKB += sample.peakRSSKB
             ownKB += sample.ownKB
-        }
-    }
-
-    /// The processes whose parent is `pid`.
-    static func children(of pid: pid_t) -> [pid_t] {
-        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-        return entries.compactMap { entry in
-            guard let child = pid_t(entry),
-                let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
-                let end = stat.range(of: ") ")
-            else { return nil }
-            let fields = stat[end.upperBound...].split(separator: " ")
-            return fields.count > 1 && pid_t(fields[1]) == pid ? child : nil
         }
     }
 }

@@ -139,6 +139,11 @@ int sttd_spawn_mapped(pid_t *pid, const char *path, char *const argv[], char *co
 
 int sttd_socketpair(int fds[2]) { return socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds); }
 
+int sttd_set_receive_timeout(int fd, int timeout_ms) {
+    struct timeval timeout = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
+}
+
 int sttd_send_all(int fd, const void *bytes, size_t count) {
     const char *at = bytes;
     while (count > 0) {

@@ -25,16 +25,9 @@ func sherpaInWorker(_ settings: SherpaSettings) throws -> SherpaSettings {
 
 /// This process's engine workers (`sttd --offline-engine-worker`).
 func engineWorkers() -> [pid_t] {
-    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
-    return entries.compactMap { entry -> pid_t? in
-        guard let pid = pid_t(entry),
-            let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
-            let end = stat.range(of: ") "),
-            pid_t(stat[end.upperBound...].split(separator: " ")[1]) == getpid(),
-            let command = FileManager.default.contents(atPath: "/proc/\(entry)/cmdline"),
-            String(decoding: command, as: UTF8.self).contains("--offline-engine-worker")
-        else { return nil }
-        return pid
+    childProcesses(of: getpid()).filter { pid in
+        let command = FileManager.default.contents(atPath: "/proc/\(pid)/cmdline") ?? Data()
+        return String(decoding: command, as: UTF8.self).contains("--offline-engine-worker")
     }
 }
 

@@ -70,3 +70,17 @@ public final class ChildProcess: @unchecked Sendable {
 
     deinit { stop(grace: 2) }
 }
+
+/// The processes whose parent is `pid`, from /proc.
+public func childProcesses(of pid: pid_t) -> [pid_t] {
+    let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+    return entries.compactMap { entry in
+        guard let child = pid_t(entry),
+            let stat = try? String(contentsOfFile: "/proc/\(entry)/stat", encoding: .utf8),
+            let end = stat.range(of: ") ")
+        else { return nil }
+        // Fields after the command name (which may contain spaces): state, then the parent.
+        let fields = stat[end.upperBound...].split(separator: " ")
+        return fields.count > 1 && pid_t(fields[1]) == pid ? child : nil
+    }
+}

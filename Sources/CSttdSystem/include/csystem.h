@@ -23,10 +23,13 @@ int sttd_spawn_mapped(pid_t *pid, const char *path, char *const argv[], char *co
 /// A connected pair of local stream sockets (close-on-exec); 0, or -1 with errno set.
 int sttd_socketpair(int fds[2]);
 
+/// Makes a receive on `fd` fail after `timeout_ms` without data; 0, or -1 with errno set.
+int sttd_set_receive_timeout(int fd, int timeout_ms);
+
 /// Sends all `count` bytes (no SIGPIPE when the peer is gone); 0, or -1 when the peer is gone.
 int sttd_send_all(int fd, const void *bytes, size_t count);
 
-/// Receives exactly `count` bytes; 0, or -1 on end of stream or error.
+/// Receives exactly `count` bytes; 0, or -1 on end of stream, error or the socket's timeout.
 int sttd_receive_all(int fd, void *bytes, size_t count);
 
 /// An anonymous in-memory file (close-on-exec), or -1 with errno set.

@@ -142,7 +142,7 @@ public final class SherpaReference {
     public func decode(_ samples: [Float]) -> String { engine.decode(samples) }
 }
 
-/// A loaded model. Not thread-safe: used on one thread at a time.
+/// A loaded model; decoder threads may decode with it at once (each decode has its own stream).
 final class SherpaEngine: @unchecked Sendable {
     // @unchecked: immutable after init; sherpa-onnx decodes separate streams from several
     // threads at once on one recognizer.

@@ -20,6 +20,7 @@ extension SherpaEngine: SherpaDecoding {}
 /// socket says whether the model loaded.
 final class SherpaWorkerProcess: SherpaDecoding {
     static let flag = "--offline-engine-worker"
+    static let replyTimeoutMilliseconds: Int32 = 60_000
 
     private let pid: pid_t
     private let sockets: [Int32]
@@ -40,6 +41,10 @@ final class SherpaWorkerProcess: SherpaDecoding {
                 (ours + theirs).forEach { close($0) }
                 throw Self.startFailure(errno)
             }
+            // A worker that stops answering (a wedged decode, or a load stuck on a dead disk)
+            // counts as gone, so no session waits on it forever; a 20 s utterance decodes in
+            // about 2 s here, a cold load takes about 1 s.
+            _ = sttd_set_receive_timeout(pair[0], Self.replyTimeoutMilliseconds)
             ours.append(pair[0])
             theirs.append(pair[1])
         }
@@ -109,7 +114,7 @@ final class SherpaWorkerProcess: SherpaDecoding {
     private enum Reply {
         case text(String)
         case failed(String)
-        /// The socket broke: the worker ended.
+        /// The socket broke or timed out: the worker ended or stopped answering.
         case gone
     }
 
@@ -136,7 +141,7 @@ final class SherpaWorkerProcess: SherpaDecoding {
 
     private static let workerGone = RecognitionError(
         .backendUnavailable,
-        "The offline engine's process ended unexpectedly (sttd's log has its reason); a new one is started for the work that follows."
+        "The offline engine's process ended unexpectedly or stopped answering for 60 s (sttd's log has its reason); a new one is started for the work that follows."
     )
 
     private static func startFailure(_ code: Int32) -> RecognitionError {
