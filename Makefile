@@ -11,7 +11,7 @@ SYSTEMD_USER_DIR ?= $(HOME)/.config/systemd/user
 SWIFT ?= swift
 # The offline engine and model scripts/setup unpacks (versioned folders; see scripts/setup).
 SHERPA_ENGINE ?= sherpa-onnx-2.0.1
-SHERPA_MODEL ?= moonshine-base-en-0.1.4-f32
+SHERPA_MODEL ?= moonshine-base-en-0.1.4-q8
 
 .PHONY: all build release setup test demo bench install uninstall clean
 

@@ -394,11 +394,59 @@ def _fuse_transposed_matmuls(graph: Graph) -> None:
             graph.nodes.remove(transpose)
 
 
-def fold_weights(model: Model) -> int:
-    """Folds constant subexpressions (int8 weights cast, scaled and transposed on every run) into
-    float initializers, and drops the initializers nothing reads any more. Returns the count."""
+# --- Weights back to int8, in the form onnxruntime multiplies fastest ---
+
+
+def _quantize_matmuls(graph: Graph, visible: dict, root: Graph, quantized: dict) -> int:
+    """MatMul(A, W) and FusedMatMul(A, W, transB=1) with a constant 2-D float W become
+    DynamicQuantizeMatMul(A, Wq, scale, zero point): W as int8 with one symmetric scale per output
+    column, A quantized per run. A decoder step is a matrix-vector product bound by reading the
+    weights, so a quarter of the bytes is about 2.5x the speed; the greedy tokens of the LibriVox
+    clips are unchanged. Each W is quantized once, in the root graph, for every branch that reads
+    it."""
+    count = 0
+    for node in graph.nodes:
+        for kind, value in node.attributes.values():
+            if kind == 5:
+                count += _quantize_matmuls(value, {**visible, **graph.initializers}, root, quantized)
+        plain = node.op_type == "MatMul" and not node.domain
+        transposed = (node.op_type == "FusedMatMul" and node.domain == "com.microsoft"
+                      and node.attributes == {"transB": (2, 1)})
+        if not (plain or transposed) or len(node.inputs) != 2:
+            continue
+        name = node.inputs[1]
+        weight = graph.initializers.get(name, visible.get(name))
+        if weight is None or weight.ndim != 2 or weight.dtype != np.float32:
+            continue
+        key = (name, transposed)
+        if key not in quantized:
+            matrix = weight.T if transposed else weight
+            scale = np.abs(matrix).max(axis=0) / 127.0
+            scale[scale == 0] = 1.0
+            values = np.clip(np.rint(matrix / scale), -127, 127).astype(np.int8)
+            stem = f"{name}{'_T' if transposed else ''}_int8"
+            root.initializers[stem] = np.ascontiguousarray(values)
+            root.initializers[f"{stem}_scale"] = scale.astype(np.float32)
+            root.initializers[f"{stem}_zero_point"] = np.zeros(matrix.shape[1], np.int8)
+            quantized[key] = [stem, f"{stem}_scale", f"{stem}_zero_point"]
+        node.op_type, node.domain, node.attributes = "DynamicQuantizeMatMul", "com.microsoft", {}
+        node.inputs = [node.inputs[0], *quantized[key]]
+        count += 1
+    return count
+
+
+def convert(model: Model) -> tuple:
+    """Folds the weights' dequantization, then stores the matrix weights as per-column int8 for
+    DynamicQuantizeMatMul. Returns (nodes folded, matrix products quantized)."""
     _fuse_transposed_matmuls(model.graph)
     folded = _fold(model.graph, {}, model.graph, {})
+    quantized = _quantize_matmuls(model.graph, {}, model.graph, {})
+    _finish(model)
+    return folded, quantized
+
+
+def _finish(model: Model) -> None:
+    """Drops initializers nothing reads and declares exactly the operator domains in use."""
     used = set()
     _used_names(model.graph, used)
     _drop_unused(model.graph, used)
@@ -414,15 +462,15 @@ def fold_weights(model: Model) -> int:
     model.opsets = [(d, v) for d, v in model.opsets if d in domains or d == ""]
     if "com.microsoft" in domains and all(d != "com.microsoft" for d, _ in model.opsets):
         model.opsets.append(("com.microsoft", 1))
-    return folded
 
 
 if __name__ == "__main__":
     import sys
 
     if len(sys.argv) != 3:
-        sys.exit("usage: ort_model.py MODEL.ort OUT.onnx  (folds the int8 weights into float ones)")
+        sys.exit("usage: ort_model.py MODEL.ort OUT.onnx  (folds the weights' dequantization, "
+                 "stores matrix weights as per-column int8)")
     source = read(sys.argv[1])
-    count = fold_weights(source)
+    folded, quantized = convert(source)
     write(source, sys.argv[2])
-    print(f"{sys.argv[2]}: {count} weight nodes folded")
+    print(f"{sys.argv[2]}: {folded} weight nodes folded, {quantized} matrix products in int8")

@@ -47,8 +47,10 @@ struct Row: Sendable {
 /// Process figures from /proc, of a process and its child processes together (sttd runs the
 /// offline model in a child): CPU of both, RSS and peaks added up.
 struct ProcessSample {
-    /// CPU time of the process, threads that ended included (tick resolution).
+    /// CPU time of the process and its children (tick resolution), threads that ended included.
     var cpuSeconds: Double
+    /// CPU time of the process alone, without its children (sttd without its engine process).
+    var ownCPUSeconds: Double
     /// Run time of each live thread (by thread id), to the nanosecond.
     var threadRunSeconds: [String: Double]
 
@@ -79,7 +81,8 @@ struct ProcessSample {
         let fields = stat[stat.range(of: ") ")!.upperBound...].split(separator: " ")
         let ticks = Double(sysconf(Int32(_SC_CLK_TCK)))
         // Its own, and its children's that ended (cutime, cstime).
-        cpuSeconds = (Double(fields[11])! + Double(fields[12])! + Double(fields[13])! + Double(fields[14])!) / ticks
+        ownCPUSeconds = (Double(fields[11])! + Double(fields[12])!) / ticks
+        cpuSeconds = ownCPUSeconds + (Double(fields[13])! + Double(fields[14])!) / ticks
         // utime/stime are tick-sampled and rescaled (they can show 10 ms where nothing ran);
         // each live thread's schedstat has its run time in nanoseconds.
         let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []

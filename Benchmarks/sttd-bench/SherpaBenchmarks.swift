@@ -69,8 +69,9 @@ extension Benchmarks {
             sharedMemoryAudio: true)
     }
 
-    /// One round: each clip dictated and stopped as soon as it has played; CPU s per audio s, texts.
-    static func dictateClips(_ sttd: SttdFixture, _ clips: [Clip]) async throws -> (Double, [String]) {
+    /// One round: each clip dictated and stopped as soon as it has played; CPU s per audio s (sttd
+    /// and its engine process), texts, and sttd's own CPU s per audio s.
+    static func dictateClips(_ sttd: SttdFixture, _ clips: [Clip]) async throws -> (Double, [String], own: Double) {
         let before = try ProcessSample(pid: sttd.sttd.pid)
         var texts: [String] = []
         for clip in clips {
@@ -79,7 +80,10 @@ extension Benchmarks {
             texts.append(try await sttd.call("StopTranscribing").first?.string ?? "")
         }
         let after = try ProcessSample(pid: sttd.sttd.pid)
-        return ((after.cpuSeconds - before.cpuSeconds) / clips.reduce(0) { $0 + $1.seconds }, texts)
+        let audio = clips.reduce(0) { $0 + $1.seconds }
+        return (
+            (after.cpuSeconds - before.cpuSeconds) / audio, texts, (after.ownCPUSeconds - before.ownCPUSeconds) / audio
+        )
     }
 
     // 9
@@ -99,30 +103,36 @@ extension Benchmarks {
         var on: [Double] = []
         var off: [Double] = []
         var direct: [Double] = []
+        var own: [Double] = []
+        var ownOn: [Double] = []
         var texts: [String] = []
         var directTexts: [String] = []
         for _ in 0..<3 {
             let started = processCPUSeconds()
             directTexts = clips.map { reference.decode($0.samples.map { Float($0) / 32768 }) }
             direct.append((processCPUSeconds() - started) / audio)
-            let (cpuOn, heard) = try await dictateClips(withInterims, clips)
+            let (cpuOn, heard, ownOnRound) = try await dictateClips(withInterims, clips)
+            ownOn.append(ownOnRound)
             on.append(cpuOn)
             texts = heard
-            off.append(try await dictateClips(withoutInterims, clips).0)
+            let (cpuOff, _, ownOff) = try await dictateClips(withoutInterims, clips)
+            off.append(cpuOff)
+            own.append(ownOff)
         }
         let median = { (values: [Double]) in values.sorted()[values.count / 2] }
-        let (cpuOn, cpuOff, cpuDirect) = (median(on), median(off), median(direct))
+        let (cpuOn, cpuOff, cpuDirect, cpuOwn) = (median(on), median(off), median(direct), median(own))
         let wer = spokenWER(texts, clips)
         let directWER = spokenWER(directTexts, clips)
         return Row(
             number: 9, name: "sherpa-onnx + Moonshine base-en cost (5 LibriVox files, \(format(audio, 1)) s, 3 rounds)",
             result:
-                "interims off \(format(cpuOff, 3)) CPU-s per audio s (\(format(cpuOff / cpuDirect, 2))× direct), interims on \(format(cpuOn, 3)) (\(format(cpuOn / cpuDirect, 2))×); WER via sttd \(format(wer, 2)) % (pocketsphinx: row 4)",
+                "interims off \(format(cpuOff, 3)) CPU-s per audio s (\(format(cpuOff / cpuDirect, 2))× direct; sttd without its engine process \(format(cpuOwn, 4))), interims on \(format(cpuOn, 3)) (\(format(cpuOn / cpuDirect, 2))×; without its engine process \(format(median(ownOn), 4))); WER via sttd \(format(wer, 2)) % (pocketsphinx: row 4)",
             aim: "≤ 1.1× direct with interims off, ≤ 2× with them on; WER ≤ 5 %",
             anchor:
                 "the engine decoding each whole file directly (1 thread, model loaded once): \(format(cpuDirect, 3)) CPU-s per audio s, WER \(format(directWER, 2)) %",
             values: [
                 "cpu_per_audio_second_interims_off": cpuOff, "cpu_per_audio_second_interims_on": cpuOn,
+                "own_cpu_per_audio_second_interims_off": cpuOwn,
                 "direct_cpu_per_audio_second": cpuDirect, "wer": wer, "direct_wer": directWER,
             ])
     }

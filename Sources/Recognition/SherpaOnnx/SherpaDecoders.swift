@@ -2,6 +2,7 @@ import CSttdSystem
 import Capture
 import Foundation
 import Logging
+import Synchronization
 
 /// The decoder threads every session of the engine shares, with the one loaded model: D-Bus
 /// dictation and the local server's streams are equals here.
@@ -32,10 +33,18 @@ final class SherpaDecoders: @unchecked Sendable {
     private var loading = false
     private var lastEnded = ContinuousClock.now
     private var closed = false
+    /// Every decode's time and audio so far: what decoding a second of audio costs here.
+    private let pace = Mutex((seconds: 0.0, samples: 0))
+
+    /// CPU seconds a decode takes per second of audio on this machine, once one has run.
+    var decodeCostPerAudioSecond: Double? {
+        pace.withLock { $0.samples > 0 ? $0.seconds * Double(AudioFormat.sampleRate) / Double($0.samples) : nil }
+    }
 
     private struct Item {
         var work: SherpaWork
         var sequence: UInt64
+        var queued = ContinuousClock.now
     }
 
     private struct SessionQueue {
@@ -152,7 +161,7 @@ final class SherpaDecoders: @unchecked Sendable {
 
     /// The next work to run: the oldest non-interim head of a session no thread runs such work
     /// of, else the oldest interim when nothing else waits. Marks what it took as running.
-    private func takeWork() -> (SherpaSession, SherpaWork)? {
+    private func takeWork() -> (SherpaSession, SherpaWork, waited: Duration)? {
         var best: (key: ObjectIdentifier, sequence: UInt64, interim: Bool)?
         for (key, queue) in queues where !queue.busy {
             guard let head = queue.items.first else { continue }
@@ -177,7 +186,7 @@ final class SherpaDecoders: @unchecked Sendable {
             if queue.interimRunning { queue.session.interims.withLock { $0.void = true } }
         }
         queues[best.key] = queue
-        return (queue.session, item.work)
+        return (queue.session, item.work, item.queued.duration(to: .now))
     }
 
     /// A session is open that is not ending with an error: it will need the model.
@@ -201,10 +210,10 @@ final class SherpaDecoders: @unchecked Sendable {
                 loadModel()
                 continue
             }
-            if let (session, work) = takeWork() {
+            if let (session, work, waited) = takeWork() {
                 let engine = self.engine
                 condition.unlock()
-                perform(work, for: session, engine: engine)
+                perform(work, for: session, engine: engine, waited: waited)
                 condition.lock()
                 let key = ObjectIdentifier(session)
                 if case .end = work {
@@ -290,13 +299,25 @@ final class SherpaDecoders: @unchecked Sendable {
     }
 
     /// Runs one item of a session's work, outside the lock.
-    private func perform(_ work: SherpaWork, for session: SherpaSession, engine: (any SherpaDecoding)?) {
+    private func perform(
+        _ work: SherpaWork, for session: SherpaSession, engine: (any SherpaDecoding)?, waited: Duration
+    ) {
         /// The text, or nil when the engine failed: it is dropped, and the next work loads it
         /// again (a worker process that died is started anew).
         func decode(_ samples: [Float]) -> String? {
             guard let engine else { return nil }
             do {
-                return try engine.decode(samples)
+                let started = ContinuousClock.now
+                let text = try engine.decode(samples)
+                let took = started.duration(to: .now)
+                pace.withLock { $0 = ($0.seconds + took.seconds, $0.samples + samples.count) }
+                logger.debug(
+                    "decoded",
+                    metadata: [
+                        "work": "\(work.kind)", "audio_s": "\(Double(samples.count) / Double(AudioFormat.sampleRate))",
+                        "waited_ms": "\(waited / .milliseconds(1))", "took_ms": "\(took / .milliseconds(1))",
+                    ])
+                return text
             } catch {
                 logger.error("offline engine failed", metadata: ["reason": "\(error.message)"])
                 condition.lock()

@@ -12,7 +12,7 @@ import Synchronization
 public struct SherpaInstall: Sendable, Equatable {
     /// The pinned versions (see scripts/setup).
     public static let engineName = "sherpa-onnx-2.0.1"
-    public static let defaultModelName = "moonshine-base-en-0.1.4-f32"
+    public static let defaultModelName = "moonshine-base-en-0.1.4-q8"
     public static let installHint =
         "Install it with `scripts/setup` in an sttd checkout (then `make install` for an installed sttd), or set [local] engine = \"pocketsphinx\"."
 

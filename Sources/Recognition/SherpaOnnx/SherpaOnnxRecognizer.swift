@@ -22,8 +22,8 @@ public struct SherpaSettings: Sendable, Equatable {
     /// cores (measured: 0.28 → 0.56 CPU s per audio s).
     public var threads: Int32 = 1
     /// Decodes that may run at once: two, one per core here, so a final need not wait for
-    /// another session's decode (or its own session's interim). With the float weights a decode
-    /// running beside another costs only its activations (bench rows 11 and 14).
+    /// another session's decode (or its own session's interim). With the converted weights a
+    /// decode running beside another costs only its activations (bench rows 11 and 14).
     public var decoderThreads = 2
     /// Run the model in a child process started from this executable (sttd itself, with
     /// `--offline-engine-worker`): unloading then gives all of onnxruntime's memory back, and an
@@ -212,4 +212,3 @@ final class SherpaShared: Sendable {
         }.joined(separator: "|")
     }
 }
-

@@ -35,14 +35,16 @@ final class SherpaSession: RecognitionSession {
     }
 
     /// Interims: the first 1.5 s into an utterance, then at least twenty times the last interim
-    /// decode's time apart (a decode's cost grows with the prefix, so the spacing does too:
-    /// about 1.5, 3.5 and 7.5 s into a long sentence here), and only while all interim decodes
-    /// of the session so far took at most a twentieth of the audio received. That budget bounds
-    /// their cost however utterances fall (short ones each start with an interim at 1.5 s, and
-    /// an interim a final overtakes is wasted): the finals take about a tenth of real time.
-    /// Under 1.5 s Moonshine often invents words, so an earlier interim would say little.
+    /// decode's time apart (a decode's cost grows with the prefix, so the spacing does too), and
+    /// only while the session's interim decodes so far took at most half of what decoding all
+    /// the audio it received would take on this machine. That budget bounds their cost however
+    /// utterances fall (short ones each start with an interim at 1.5 s, and an interim a final
+    /// overtakes is wasted), relative to the engine's own speed, so a faster model or machine
+    /// does not make interims dearer than the finals. Under 1.5 s Moonshine often invents words,
+    /// so an earlier interim would say little.
     static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
-    static let interimCostFactor = 20
+    static let interimSpacingFactor = 20
+    static let interimBudgetShare = 0.25
 
     // Decoder-side state: touched only by the thread running the session's non-interim work
     // (SherpaDecoders runs that one item at a time).
@@ -110,12 +112,16 @@ final class SherpaSession: RecognitionSession {
                     work.append(.event(.speechActivity(false)))
                 }
             }
+            // After the first, the spacing is counted from the last interim's cut to the earliest
+            // point this one may be cut at, so the interims' ends are at least that far apart.
+            let spacing = input.interimSpacing + (input.lastInterimAt > 0 ? UtteranceSegmenter.wordBoundaryWindow : 0)
             if interimResults, input.segmenter.inSpeech, !input.segmenter.isPaused,
-                input.segmenter.length - input.lastInterimAt >= input.interimSpacing,
-                AudioFormat.samples(in: input.interimTime * Self.interimCostFactor) <= input.received
+                input.segmenter.length - input.lastInterimAt >= spacing,
+                interimBudgetAllows(input)
             {
-                input.lastInterimAt = input.segmenter.length
-                work.append(.interim(input.segmenter.currentAtWordBoundary))
+                let prefix = input.segmenter.currentAtWordBoundary
+                input.lastInterimAt = prefix.samples.count
+                work.append(.interim(prefix))
             }
             if !work.isEmpty { enqueue(work, &input) }
         }
@@ -170,8 +176,16 @@ final class SherpaSession: RecognitionSession {
     func interimDecoded(took: Duration) {
         input.withLock { input in
             input.interimTime += took
-            input.interimSpacing = max(Self.minInterimSpacing, Self.interimCostFactor * AudioFormat.samples(in: took))
+            input.interimSpacing = max(
+                Self.minInterimSpacing, Self.interimSpacingFactor * AudioFormat.samples(in: took))
         }
+    }
+
+    /// Whether the session's interims so far cost at most their share of decoding all it heard.
+    private func interimBudgetAllows(_ input: Input) -> Bool {
+        guard let cost = decoders.decodeCostPerAudioSecond else { return true }
+        let heard = Double(input.received) / Double(AudioFormat.sampleRate)
+        return input.interimTime.seconds <= Self.interimBudgetShare * cost * heard
     }
 
     /// Called by the decoders after the session's last event; the first outcome counts.
@@ -209,6 +223,18 @@ enum SherpaWork: Sendable {
         switch self {
         case .speculative, .final: true
         case .event, .interim, .resumed, .end: false
+        }
+    }
+
+    /// What it is, for the log.
+    var kind: String {
+        switch self {
+        case .event: "event"
+        case .interim: "interim"
+        case .speculative: "speculative"
+        case .final: "final"
+        case .resumed: "resumed"
+        case .end: "end"
         }
     }
 

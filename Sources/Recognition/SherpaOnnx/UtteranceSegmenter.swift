@@ -34,6 +34,8 @@ struct UtteranceSegmenter {
     }
 
     static let frame = 320  // 20 ms at 16 kHz
+    /// How far back from its end `currentAtWordBoundary` may cut the utterance.
+    static let wordBoundaryWindow = 15 * frame
     let pauseFrames: Int
     let hangoverFrames: Int
     let maxFrames: Int
@@ -84,7 +86,7 @@ struct UtteranceSegmenter {
     var currentAtWordBoundary: Utterance {
         let utterance = current
         let frames = utterance.samples.count / Self.frame
-        let window = min(15, frames, energies.count)
+        let window = min(Self.wordBoundaryWindow / Self.frame, frames, energies.count)
         guard window > 1 else { return utterance }
         var quietest = frames - 1
         for frame in (frames - window)..<frames where energies[frame] < energies[quietest] { quietest = frame }
