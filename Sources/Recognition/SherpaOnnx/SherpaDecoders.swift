@@ -13,7 +13,11 @@ import Synchronization
 ///   of different sessions runs on up to `threads` threads at once, on the one model
 ///   (onnxruntime runs a loaded model from several threads at once).
 /// - Priority: finals, speculative decodes and events go first, the longest-waiting first. An
-///   interim runs only when no other work is waiting; a newer interim replaces a queued one, and
+///   interim runs only when no other work is waiting, and with several threads one is always
+///   kept from interims (onnxruntime cannot stop a decode, so finals coming due together would
+///   otherwise wait for interims already running); sessions queue interims only while no more
+///   of them are speaking than that one thread can take finals for (see `SherpaSession.send`),
+///   so interims use only capacity finals cannot need; a newer interim replaces a queued one, and
 ///   a queued interim is dropped when its utterance's speculative decode or final is queued. So
 ///   under load interims are skipped, finals never.
 /// - Backlog: a session's queued audio may not pass `maxQueuedAudio`; past it that session fails
@@ -33,8 +37,16 @@ final class SherpaDecoders: @unchecked Sendable {
     private var loading = false
     private var lastEnded = ContinuousClock.now
     private var closed = false
+    /// Sessions inside an utterance now: each may need a thread for its final at any moment.
+    let speakingSessions = Atomic<Int>(0)
     /// Every decode's time and audio so far: what decoding a second of audio costs here.
     private let pace = Mutex((seconds: 0.0, samples: 0))
+
+    /// Whether interims may be queued: at most as many sessions are inside an utterance as the
+    /// threads kept from interims could decode finals for at once.
+    var interimsHaveRoom: Bool {
+        speakingSessions.load(ordering: .relaxed) <= max(1, settings.decoderThreads - 1)
+    }
 
     /// CPU seconds a decode takes per second of audio on this machine, once one has run.
     var decodeCostPerAudioSecond: Double? {
@@ -176,6 +188,9 @@ final class SherpaDecoders: @unchecked Sendable {
         // Interims only when the decoders have caught up: no decode but interims waits anywhere,
         // even behind a session that a thread is busy with.
         if best.interim && queues.values.contains(where: { $0.items.contains { $0.work.isDecode } }) { return nil }
+        if best.interim && queues.values.count(where: \.interimRunning) >= max(1, settings.decoderThreads - 1) {
+            return nil
+        }
         let item = queue.items.removeFirst()
         queue.weight -= item.work.weight
         if best.interim {

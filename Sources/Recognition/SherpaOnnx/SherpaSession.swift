@@ -25,6 +25,8 @@ final class SherpaSession: RecognitionSession {
         /// Audio received, and the time interim decodes took so far: the interims' budget.
         var received = 0
         var interimTime = Duration.zero
+        /// Counted in the decoders' `speakingSessions`.
+        var speaking = false
     }
 
     private typealias Runner = CheckedContinuation<Result<Void, RecognitionError>, Never>
@@ -41,7 +43,8 @@ final class SherpaSession: RecognitionSession {
     /// utterances fall (short ones each start with an interim at 1.5 s, and an interim a final
     /// overtakes is wasted), relative to the engine's own speed, so a faster model or machine
     /// does not make interims dearer than the finals. Under 1.5 s Moonshine often invents words,
-    /// so an earlier interim would say little.
+    /// so an earlier interim would say little. Under load (more sessions speaking than the
+    /// decoder threads kept from interims can take finals for) no interims are queued.
     static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
     static let interimSpacingFactor = 20
     static let interimBudgetShare = 0.25
@@ -96,6 +99,7 @@ final class SherpaSession: RecognitionSession {
             for event in input.segmenter.append(chunk.samples) {
                 switch event {
                 case .started:
+                    setSpeaking(true, &input)
                     input.lastInterimAt = 0
                     input.interimSpacing = Self.minInterimSpacing
                     work.append(.event(.speechActivity(true)))
@@ -108,6 +112,7 @@ final class SherpaSession: RecognitionSession {
                     input.lastInterimAt = 0
                     work.append(.final(head, fromFinalize: false))
                 case .ended(let utterance):
+                    setSpeaking(false, &input)
                     if let utterance { work.append(.final(utterance, fromFinalize: false)) }
                     work.append(.event(.speechActivity(false)))
                 }
@@ -115,7 +120,7 @@ final class SherpaSession: RecognitionSession {
             // After the first, the spacing is counted from the last interim's cut to the earliest
             // point this one may be cut at, so the interims' ends are at least that far apart.
             let spacing = input.interimSpacing + (input.lastInterimAt > 0 ? UtteranceSegmenter.wordBoundaryWindow : 0)
-            if interimResults, input.segmenter.inSpeech, !input.segmenter.isPaused,
+            if interimResults, input.segmenter.inSpeech, !input.segmenter.isPaused, decoders.interimsHaveRoom,
                 input.segmenter.length - input.lastInterimAt >= spacing,
                 interimBudgetAllows(input)
             {
@@ -143,7 +148,10 @@ final class SherpaSession: RecognitionSession {
     }
 
     func cancel() {
-        input.withLock { $0.open = false }
+        input.withLock { input in
+            input.open = false
+            setSpeaking(false, &input)
+        }
         // Also after finish(): queued decodes are dropped and the session ends next.
         if !hasEnded { decoders.stop(self, error: nil) }
     }
@@ -159,6 +167,7 @@ final class SherpaSession: RecognitionSession {
             work.append(.final(UtteranceSegmenter.Utterance(samples: [], start: position), fromFinalize: true))
         }
         if wasInSpeech { work.append(.event(.speechActivity(false))) }
+        setSpeaking(false, &input)
         input.lastInterimAt = 0
         return work
     }
@@ -181,6 +190,12 @@ final class SherpaSession: RecognitionSession {
         }
     }
 
+    private func setSpeaking(_ speaking: Bool, _ input: inout Input) {
+        guard input.speaking != speaking else { return }
+        input.speaking = speaking
+        decoders.speakingSessions.wrappingAdd(speaking ? 1 : -1, ordering: .relaxed)
+    }
+
     /// Whether the session's interims so far cost at most their share of decoding all it heard.
     private func interimBudgetAllows(_ input: Input) -> Bool {
         guard let cost = decoders.decodeCostPerAudioSecond else { return true }
@@ -190,7 +205,10 @@ final class SherpaSession: RecognitionSession {
 
     /// Called by the decoders after the session's last event; the first outcome counts.
     func complete(_ result: Result<Void, RecognitionError>) {
-        input.withLock { $0.open = false }
+        input.withLock { input in
+            input.open = false
+            setSpeaking(false, &input)
+        }
         let runners = outcome.withLock { state -> [Runner] in
             guard state.ended == nil else { return [] }
             state.ended = result
