@@ -103,7 +103,7 @@ extension Benchmarks {
         var on: [Double] = []
         var off: [Double] = []
         var direct: [Double] = []
-        var own: [Double] = []
+        var ownOff: [Double] = []
         var ownOn: [Double] = []
         var texts: [String] = []
         var directTexts: [String] = []
@@ -115,12 +115,12 @@ extension Benchmarks {
             ownOn.append(ownOnRound)
             on.append(cpuOn)
             texts = heard
-            let (cpuOff, _, ownOff) = try await dictateClips(withoutInterims, clips)
+            let (cpuOff, _, cpuOwnOff) = try await dictateClips(withoutInterims, clips)
             off.append(cpuOff)
-            own.append(ownOff)
+            ownOff.append(cpuOwnOff)
         }
         let median = { (values: [Double]) in values.sorted()[values.count / 2] }
-        let (cpuOn, cpuOff, cpuDirect, cpuOwn) = (median(on), median(off), median(direct), median(own))
+        let (cpuOn, cpuOff, cpuDirect, cpuOwn) = (median(on), median(off), median(direct), median(ownOff))
         let wer = spokenWER(texts, clips)
         let directWER = spokenWER(directTexts, clips)
         return Row(

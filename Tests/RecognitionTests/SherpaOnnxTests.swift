@@ -295,6 +295,38 @@ struct SherpaOnnxTests {
         #expect(recognizer.loadCount == 1)
     }
 
+    /// Under load interims give way: with two decoder threads, one is kept for finals, and while
+    /// two sessions speak at once neither queues interims. Alone, the same speech gets them.
+    @Test func interimsGiveWayWhileMoreSessionsSpeakThanThreadsAreKeptForFinals() async throws {
+        var settings = try installedSherpa()
+        settings.decoderThreads = 2
+        let recognizer = SherpaOnnxRecognizer(settings: settings, logger: logger)
+        let samples = try wavSamples(try LibriVox.recordings()[4].path) + silence(1)
+        func speak(_ recorder: EventRecorder) async throws -> RecognitionError? {
+            let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+            async let failure = runToEnd(session)
+            // At the pace of speech: interims are due every 1.5 s or so.
+            for start in stride(from: 0, to: samples.count, by: 1_600) {
+                session.send(AudioChunk(samples: Array(samples[start..<min(start + 1_600, samples.count)])))
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            session.finish()
+            return await failure
+        }
+        let alone = EventRecorder()
+        if let failure = try await speak(alone) { throw failure }
+        #expect(alone.results.contains { !$0.isFinal }, "one session alone gets interims")
+
+        let (first, second) = (EventRecorder(), EventRecorder())
+        async let firstFailure = speak(first)
+        async let secondFailure = speak(second)
+        for failure in [try await firstFailure, try await secondFailure] { if let failure { throw failure } }
+        for recorder in [first, second] {
+            #expect(!recorder.results.contains { !$0.isFinal }, "no interims while two sessions speak")
+            #expect(recorder.results.filter(\.isFinal).map(\.text) == alone.results.filter(\.isFinal).map(\.text))
+        }
+    }
+
     /// The model runs in a worker process in sttd: if it dies, a new one takes over and
     /// decodes what the dead one had not, so no words are lost.
     @Test func aWorkerThatDiesIsReplacedAndNoWordIsLost() async throws {

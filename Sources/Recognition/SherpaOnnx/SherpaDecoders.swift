@@ -48,7 +48,8 @@ final class SherpaDecoders: @unchecked Sendable {
         speakingSessions.load(ordering: .relaxed) <= max(1, settings.decoderThreads - 1)
     }
 
-    /// CPU seconds a decode takes per second of audio on this machine, once one has run.
+    /// Seconds a decode takes per second of audio on this machine (wall time, as interims'
+    /// budget is charged), once one has run.
     var decodeCostPerAudioSecond: Double? {
         pace.withLock { $0.samples > 0 ? $0.seconds * Double(AudioFormat.sampleRate) / Double($0.samples) : nil }
     }

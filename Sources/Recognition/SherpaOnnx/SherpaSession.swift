@@ -38,7 +38,7 @@ final class SherpaSession: RecognitionSession {
 
     /// Interims: the first 1.5 s into an utterance, then at least twenty times the last interim
     /// decode's time apart (a decode's cost grows with the prefix, so the spacing does too), and
-    /// only while the session's interim decodes so far took at most half of what decoding all
+    /// only while the session's interim decodes so far took at most a quarter of what decoding all
     /// the audio it received would take on this machine. That budget bounds their cost however
     /// utterances fall (short ones each start with an interim at 1.5 s, and an interim a final
     /// overtakes is wasted), relative to the engine's own speed, so a faster model or machine
