@@ -180,7 +180,7 @@ public enum SttdApp {
             let notifier = DesktopNotifier(connection: connection, logger: logger)
             services.append(
                 .init(
-                    service: NotifierService(notifier: notifier, events: core.events()),
+                    service: NotifierService(notifier: notifier, events: core.events(where: DesktopNotifier.wants)),
                     successTerminationBehavior: .ignore))
         }
         // Before the core, so it shuts down after it; a call waiting for a prompt is answered

@@ -182,8 +182,12 @@ public actor SpeechCore {
     /// Calls `observer` with every event, on the core's executor, in order. It must not block.
     public func observe(_ observer: @escaping @Sendable (SpeechEvent) -> Void) { hub.observe(observer) }
 
-    /// Every event from now on, in order (bounded: see ``EventHub``). Ends when the core does.
-    public nonisolated func events() -> AsyncStream<SpeechEvent> { hub.stream() }
+    /// Every event from now on that `wants` takes, in order (bounded: see ``EventHub``). Ends
+    /// when the core does. A subscriber that has no use for level readings should skip them:
+    /// each event it takes wakes its task, ten times a second while listening.
+    public nonisolated func events(
+        where wants: @escaping @Sendable (SpeechEvent) -> Bool = { _ in true }
+    ) -> AsyncStream<SpeechEvent> { hub.stream(where: wants) }
 
     private func publish(_ event: SpeechEvent) { hub.publish(event) }
 

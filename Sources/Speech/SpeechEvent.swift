@@ -65,8 +65,14 @@ final class EventHub: Sendable {
 
     private struct Subscribers {
         var observers: [@Sendable (SpeechEvent) -> Void] = []
-        var streams: [Int: AsyncStream<SpeechEvent>.Continuation] = [:]
+        var streams: [Int: Stream] = [:]
         var nextID = 0
+    }
+
+    /// A stream subscriber and the events it asked for (each one yielded wakes its task).
+    private struct Stream {
+        var continuation: AsyncStream<SpeechEvent>.Continuation
+        var wants: @Sendable (SpeechEvent) -> Bool
     }
     private let subscribers = Mutex(Subscribers())
     private let logger: Logger
@@ -77,12 +83,12 @@ final class EventHub: Sendable {
         subscribers.withLock { $0.observers.append(observer) }
     }
 
-    func stream() -> AsyncStream<SpeechEvent> {
+    func stream(where wants: @escaping @Sendable (SpeechEvent) -> Bool) -> AsyncStream<SpeechEvent> {
         let (stream, continuation) = AsyncStream<SpeechEvent>.makeStream(
             bufferingPolicy: .bufferingOldest(Self.streamBound))
         let id = subscribers.withLock { subscribers in
             defer { subscribers.nextID += 1 }
-            subscribers.streams[subscribers.nextID] = continuation
+            subscribers.streams[subscribers.nextID] = Stream(continuation: continuation, wants: wants)
             return subscribers.nextID
         }
         continuation.onTermination = { [weak self] _ in
@@ -94,7 +100,8 @@ final class EventHub: Sendable {
     func publish(_ event: SpeechEvent) {
         let (observers, streams) = subscribers.withLock { ($0.observers, $0.streams) }
         for observer in observers { observer(event) }
-        for (id, continuation) in streams {
+        for (id, stream) in streams where stream.wants(event) {
+            let continuation = stream.continuation
             if case .dropped = continuation.yield(event) {
                 logger.warning(
                     "an event subscriber fell behind; its stream is ended", metadata: ["bound": "\(Self.streamBound)"])
@@ -109,6 +116,6 @@ final class EventHub: Sendable {
             defer { subscribers.streams = [:] }
             return subscribers.streams
         }
-        for continuation in streams.values { continuation.finish() }
+        for stream in streams.values { stream.continuation.finish() }
     }
 }

@@ -19,6 +19,13 @@ public struct DesktopNotifier: Sendable {
         self.logger = logger
     }
 
+    /// The events ``run(_:)`` looks at: not level readings, which would wake it ten times a
+    /// second while listening (a third of sttd's own CPU in silence).
+    @Sendable public static func wants(_ event: SpeechEvent) -> Bool {
+        if case .audioLevel = event { return false }
+        return true
+    }
+
     /// Follows `events` until they end (when the core does), one notification call at a time.
     public func run(_ events: AsyncStream<SpeechEvent>) async {
         var shown: UInt32 = 0

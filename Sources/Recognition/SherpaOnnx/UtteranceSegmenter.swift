@@ -7,9 +7,11 @@ import Foundation
 /// `silero_vad_v6.onnx` ("Unsupported silero vad model", and it exits the process), and no other
 /// VAD model ships in a package here. A frame (20 ms) is voiced when its level is 12 dB above the
 /// noise floor (the quietest frame of the last 3 s), clamped to -50…-35 dBFS so that digital
-/// silence and a noisy room both work. Speech starts after 3 voiced frames in a row and keeps
-/// 500 ms of audio from before (soft onsets are detected late: 300 ms lost "ill" of "ill-disposed"
-/// on a LibriVox clip); it ends after `hangover` without a voiced frame. At `pause` into
+/// silence and a noisy room both work. Speech starts after 3 voiced frames in a row and keeps the
+/// audio from before back to where the level rose 6 dB out of the noise floor, and 160 ms more, at
+/// most 500 ms (soft onsets are detected late: a fixed 300 ms lost "ill" of "ill-disposed" on a
+/// LibriVox clip; and the silence before them is decode time for nothing); it ends after
+/// `hangover` without a voiced frame. At `pause` into
 /// that silence the engine may decode speculatively: the utterance a final gets is cut at the
 /// same point, so a speculative decode that nothing interrupted *is* the final.
 struct UtteranceSegmenter {
@@ -43,6 +45,9 @@ struct UtteranceSegmenter {
     let splitFrames: Int
     let startFrames = 3
     let prerollFrames = 25
+    /// Kept before the frame where the level rose out of the noise floor.
+    let leadFrames = 8
+    let onsetRise: Float = 6
     let minVoicedFrames = 8
     let floorFrames = 150
 
@@ -52,7 +57,7 @@ struct UtteranceSegmenter {
     private(set) var samples: [Float] = []
     /// Session sample index of `samples[0]`.
     private(set) var start = 0
-    private var energies: [Float] = []  // per frame of `samples` while in speech
+    private var energies: [Float] = []  // per frame of `samples` (of the pre-roll too)
     private var pending: [Float] = []
     private var processed = 0
     private var voicedRun = 0
@@ -147,17 +152,15 @@ struct UtteranceSegmenter {
         if !inSpeech {
             if samples.isEmpty { start = frameStart }
             samples += frame
-            let excess = samples.count - prerollFrames * Self.frame
-            if excess > 0 {
-                samples.removeFirst(excess)
-                start += excess
-            }
+            energies.append(level)
+            if energies.count > prerollFrames { dropFrames(energies.count - prerollFrames) }
             voicedRun = voiced ? voicedRun + 1 : 0
             guard voicedRun >= startFrames else { return }
             inSpeech = true
-            energies =
-                Array(repeating: -100, count: samples.count / Self.frame - startFrames)
-                + Array(repeating: level, count: startFrames)
+            let rising = (recent.min() ?? -100) + onsetRise
+            var onset = energies.count - startFrames
+            while onset > 0, energies[onset - 1] > rising { onset -= 1 }
+            dropFrames(max(0, onset - leadFrames))
             voicedFrames = startFrames
             silenceRun = 0
             events.append(.started)
@@ -192,6 +195,14 @@ struct UtteranceSegmenter {
             }
         }
         if energies.count >= maxFrames { events.append(.split(split())) }
+    }
+
+    /// Drops the first `count` frames of the pre-roll.
+    private mutating func dropFrames(_ count: Int) {
+        guard count > 0 else { return }
+        samples.removeFirst(count * Self.frame)
+        energies.removeFirst(count)
+        start += count * Self.frame
     }
 
     /// Cuts the utterance where it is now (`pause` into silence); returns it. The segmenter
