@@ -102,7 +102,15 @@ extension Benchmarks {
         }
 
         let shared = try await service()
-        let single = try await serverRun([shared], clients: 1, wav: wav)
+        // One stream four times in turn: its p99 then comes from as many finals as the four
+        // streams' (a p99 of 10 finals is about their median-to-max, of 40 nearer the max).
+        var single = ServerRun()
+        for _ in 0..<4 {
+            let run = try await serverRun([shared], clients: 1, wav: wav)
+            single.latencies += run.latencies
+            single.errors += run.errors
+            single.peakRSSKB = max(single.peakRSSKB, run.peakRSSKB)
+        }
         let four = try await serverRun([shared], clients: 4, wav: wav)
         var separate: [SttdFixture] = []
         for _ in 0..<4 { separate.append(try await service()) }
@@ -121,7 +129,7 @@ extension Benchmarks {
             name:
                 "local server: 4 concurrent SDK streams of the LibriVox clips (\(format(audio, 0)) s each, real time)",
             result:
-                "one sttd: peak RSS \(format(mb(four.peakRSSKB), 0)) MB (\(format(Double(four.peakRSSKB) / Double(single.peakRSSKB), 2))× one stream), finals p50 \(format(p50Four * 1000, 0)) ms, p99 \(format(p99Four * 1000, 0)) ms (one stream: p99 \(format(p99Single * 1000, 0)) ms), CPU \(format(four.cpuSeconds / audio / 4, 3)) s per audio s per stream",
+                "one sttd: peak RSS \(format(mb(four.peakRSSKB), 0)) MB (\(format(Double(four.peakRSSKB) / Double(single.peakRSSKB), 2))× one stream), finals p50 \(format(p50Four * 1000, 0)) ms, p99 \(format(p99Four * 1000, 0)) ms (one stream, 4 runs in turn: p99 \(format(p99Single * 1000, 0)) ms), CPU \(format(four.cpuSeconds / audio / 4, 3)) s per audio s per stream",
             aim: "RSS < 1.3× one process, finals p99 ≤ 2× one stream's",
             anchor:
                 "4 processes, one stream each: RSS \(format(mb(processes.peakRSSKB), 0)) MB in all, finals p50 \(format(percentile(processes.latencies, 50) * 1000, 0)) ms, p99 \(format(percentile(processes.latencies, 99) * 1000, 0)) ms, CPU \(format(processes.cpuSeconds / audio / 4, 3)) s per audio s per stream",

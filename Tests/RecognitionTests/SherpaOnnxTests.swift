@@ -53,6 +53,14 @@ func dictate(
     return recorder
 }
 
+/// Feeds `samples` at the pace of speech, in 100 ms chunks as a microphone delivers them.
+func sendAtPace(_ samples: [Int16], to session: any RecognitionSession) async throws {
+    for start in stride(from: 0, to: samples.count, by: 1_600) {
+        session.send(AudioChunk(samples: Array(samples[start..<min(start + 1_600, samples.count)])))
+        try await Task.sleep(for: .milliseconds(100))
+    }
+}
+
 @Suite("Offline engine (sherpa-onnx + Moonshine)", .serialized, .timeLimit(.minutes(5)))
 struct SherpaOnnxTests {
     let logger = Logger(label: "test")
@@ -100,11 +108,8 @@ struct SherpaOnnxTests {
         let recorder = EventRecorder()
         let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
         async let failure = runToEnd(session)
-        // At the pace of speech, as a microphone delivers it (a decoder that is behind skips interims).
-        for start in stride(from: 0, to: samples.count, by: 1_600) {
-            session.send(AudioChunk(samples: Array(samples[start..<min(start + 1_600, samples.count)])))
-            try await Task.sleep(for: .milliseconds(100))
-        }
+        // At the pace of speech (a decoder that is behind skips interims).
+        try await sendAtPace(samples, to: session)
         let sawFinals = await waitFor(timeout: .seconds(120)) { recorder.results.filter(\.isFinal).count >= 5 }
         let finalsBeforeStop = recorder.results.filter(\.isFinal)
         session.finish()
@@ -306,10 +311,7 @@ struct SherpaOnnxTests {
             let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
             async let failure = runToEnd(session)
             // At the pace of speech: interims are due every 1.5 s or so.
-            for start in stride(from: 0, to: samples.count, by: 1_600) {
-                session.send(AudioChunk(samples: Array(samples[start..<min(start + 1_600, samples.count)])))
-                try await Task.sleep(for: .milliseconds(100))
-            }
+            try await sendAtPace(samples, to: session)
             session.finish()
             return await failure
         }
@@ -325,6 +327,26 @@ struct SherpaOnnxTests {
             #expect(!recorder.results.contains { !$0.isFinal }, "no interims while two sessions speak")
             #expect(recorder.results.filter(\.isFinal).map(\.text) == alone.results.filter(\.isFinal).map(\.text))
         }
+    }
+
+    /// A session of one 7 s sentence: its first interim comes 1.5 s in; a later one would
+    /// re-decode nearly the whole sentence, more than the interims' quarter of the session's
+    /// decoding, so it is not run (charging only the interims already done ran one ~6.4 s in,
+    /// 0.8 s before the final, costing as much as the final itself).
+    @Test func aLaterInterimMustFitTheBudgetWithItsOwnCost() async throws {
+        let recognizer = SherpaOnnxRecognizer(settings: try installedSherpa(), logger: logger)
+        let sentence = try wavSamples(try LibriVox.recordings()[0].path) + silence(1)
+        _ = try await dictate(sentence, with: recognizer, interim: false)  // measures the engine's speed
+        let recorder = EventRecorder()
+        let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+        async let failure = runToEnd(session)
+        try await sendAtPace(sentence, to: session)
+        session.finish()
+        if let failure = await failure { throw failure }
+        let interims = recorder.results.filter { !$0.isFinal }
+        #expect(interims.count == 1, "interims: \(interims.map { ($0.audioEnd ?? 0, $0.text) })")
+        #expect((interims.first?.audioEnd ?? 0) < 2.5, "the first interim comes about 1.5 s in")
+        #expect(recorder.results.filter(\.isFinal).count == 1)
     }
 
     /// The model runs in a worker process in sttd: if it dies, a new one takes over and

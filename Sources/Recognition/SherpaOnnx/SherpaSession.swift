@@ -38,8 +38,9 @@ final class SherpaSession: RecognitionSession {
 
     /// Interims: the first 1.5 s into an utterance, then at least twenty times the last interim
     /// decode's time apart (a decode's cost grows with the prefix, so the spacing does too), and
-    /// only while the session's interim decodes so far took at most a quarter of what decoding all
-    /// the audio it received would take on this machine. That budget bounds their cost however
+    /// only while the session's interim decodes so far (and, after an utterance's first, the one
+    /// about to run) took at most a quarter of what decoding all the audio it received would take
+    /// on this machine. That budget bounds their cost however
     /// utterances fall (short ones each start with an interim at 1.5 s, and an interim a final
     /// overtakes is wasted), relative to the engine's own speed, so a faster model or machine
     /// does not make interims dearer than the finals. Under 1.5 s Moonshine often invents words,
@@ -196,11 +197,15 @@ final class SherpaSession: RecognitionSession {
         decoders.speakingSessions.wrappingAdd(speaking ? 1 : -1, ordering: .relaxed)
     }
 
-    /// Whether the session's interims so far cost at most their share of decoding all it heard.
+    /// Whether the session's interims stay within their share of decoding all it heard. An
+    /// utterance's first interim needs the interims so far within it; a later one needs them
+    /// *and itself* (its prefix at the engine's measured speed) within it, so the last interim
+    /// before a final cannot overshoot by a whole utterance's decode.
     private func interimBudgetAllows(_ input: Input) -> Bool {
         guard let cost = decoders.decodeCostPerAudioSecond else { return true }
-        let heard = Double(input.received) / Double(AudioFormat.sampleRate)
-        return input.interimTime.seconds <= Self.interimBudgetShare * cost * heard
+        let rate = Double(AudioFormat.sampleRate)
+        let upcoming = input.lastInterimAt > 0 ? cost * Double(input.segmenter.length) / rate : 0
+        return input.interimTime.seconds + upcoming <= Self.interimBudgetShare * cost * Double(input.received) / rate
     }
 
     /// Called by the decoders after the session's last event; the first outcome counts.
