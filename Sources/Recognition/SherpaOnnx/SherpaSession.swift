@@ -40,10 +40,10 @@ final class SherpaSession: RecognitionSession {
     /// decode's time apart (a decode's cost grows with the prefix, so the spacing does too), and
     /// only while the session's interim decodes so far (and, after an utterance's first, the one
     /// about to run) took at most a quarter of what decoding all the audio it received would take
-    /// on this machine. That budget bounds their cost however
-    /// utterances fall (short ones each start with an interim at 1.5 s, and an interim a final
-    /// overtakes is wasted), relative to the engine's own speed, so a faster model or machine
-    /// does not make interims dearer than the finals. Under 1.5 s Moonshine often invents words,
+    /// on this machine. That budget bounds their cost however utterances fall (short ones each
+    /// start with an interim at 1.5 s, and an interim a final overtakes is wasted), relative to
+    /// the engine's own speed, so a faster model or machine does not make interims dearer than
+    /// the finals. Under 1.5 s Moonshine often invents words,
     /// so an earlier interim would say little. Under load (more sessions speaking than the
     /// decoder threads kept from interims can take finals for) no interims are queued.
     static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
