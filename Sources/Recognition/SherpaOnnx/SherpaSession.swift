@@ -43,9 +43,9 @@ final class SherpaSession: RecognitionSession {
     /// on this machine. That budget bounds their cost however utterances fall (short ones each
     /// start with an interim at 1.5 s, and an interim a final overtakes is wasted), relative to
     /// the engine's own speed, so a faster model or machine does not make interims dearer than
-    /// the finals. Under 1.5 s Moonshine often invents words,
-    /// so an earlier interim would say little. Under load (more sessions speaking than the
-    /// decoder threads kept from interims can take finals for) no interims are queued.
+    /// the finals. Under 1.5 s Moonshine often invents words, so an earlier interim would say
+    /// little. Under load (more sessions speaking than the decoder threads kept from interims can
+    /// take finals for) no interims are queued.
     static let minInterimSpacing = AudioFormat.sampleRate * 3 / 2
     static let interimSpacingFactor = 20
     static let interimBudgetShare = 0.25
@@ -204,8 +204,9 @@ final class SherpaSession: RecognitionSession {
     private func interimBudgetAllows(_ input: Input) -> Bool {
         guard let cost = decoders.decodeCostPerAudioSecond else { return true }
         let rate = Double(AudioFormat.sampleRate)
-        let upcoming = input.lastInterimAt > 0 ? cost * Double(input.segmenter.length) / rate : 0
-        return input.interimTime.seconds + upcoming <= Self.interimBudgetShare * cost * Double(input.received) / rate
+        let heard = Double(input.received) / rate
+        let upcoming = input.lastInterimAt > 0 ? Double(input.segmenter.length) / rate : 0
+        return input.interimTime.seconds + cost * upcoming <= Self.interimBudgetShare * cost * heard
     }
 
     /// Called by the decoders after the session's last event; the first outcome counts.
