@@ -245,6 +245,7 @@ public final class DBusObject: Sendable {
         self.path = path
         self.interfaces = interfaces
         self.ownInterfaceNames = Set(interfaces.map(\.name))
+        self.introspectionXML = Introspection.object(interfaces)
         self.logger = logger
         var values: [String: [String: DBusValue]] = [:]
         for interface in interfaces {
@@ -323,8 +324,8 @@ public final class DBusObject: Sendable {
         return loop.perform({ $0.send(message) }, droppable: droppable)
     }
 
-    /// The introspection XML of this object.
-    public var introspectionXML: String { Introspection.object(interfaces) }
+    /// The introspection XML of this object (built once: `gdbus call` introspects before every call).
+    public let introspectionXML: String
 
     // MARK: Checks against the declaration
 
