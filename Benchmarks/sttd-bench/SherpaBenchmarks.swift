@@ -100,12 +100,12 @@ extension Benchmarks {
         let floatClips = clips.map { $0.samples.map { Float($0) / 32768 } }
         _ = reference.decode(floatClips[1])
 
-        // The host's speed drifts by ±15 % over minutes, so the measures take turns file by file
-        // (seconds apart), four rounds, and each ratio is of the totals.
-        // The direct decode runs two ways: back to back (as the table measured it) and
-        // paced as sttd's decodes come, each file once it has been heard, after as long idle.
-        // Paced read 0.92–1.33× back to back per round on one host: cold caches cost something,
-        // but less than the host's drift, so both ratios are given.
+        // The host's speed drifts (one run's back-to-back decode read 0.054–0.091 CPU-s per audio
+        // s from round to round), so the measures take turns file by file, seconds apart, over
+        // four rounds, and each ratio is of the totals. The direct decode runs two ways: back to
+        // back (as the table measured it) and paced as sttd's decodes come, each file
+        // once it has been heard, after as long idle. Paced read 0.77–1.33× back to back per
+        // round: cold caches cost less than the drift, so both ratios are given.
         let rounds = 4
         var (on, off, direct, paced, ownOn, ownOff) = (0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
         var texts: [String] = []
