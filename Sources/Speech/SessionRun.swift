@@ -37,6 +37,8 @@ final class SessionRun: Sendable {
         var cancelled = false
     }
     private let links = Mutex(Links())
+    /// Open while this run is the core's session: its level readings go out only then.
+    let levels = LevelGate()
 
     init(
         token: Int, backend: Backend, source: String?, options: SessionOptions, recognizer: any Recognizer,
@@ -231,14 +233,26 @@ final class CoreInbox: RecognitionEventSink {
         }
     }
 
+    /// A level reading goes out from the capture thread, not through the core's loop: ten a
+    /// second, it would be most of the loop's wake-ups while listening. The D-Bus queue drops
+    /// readings first when it backs up.
     func deliverLevel(_ level: Double) {
-        guard waiting.load(ordering: .relaxed) < SpeechCore.inboxBound / 2 else { return }
-        waiting.wrappingAdd(1, ordering: .relaxed)
-        core.submit { [self] core in
-            waiting.wrappingSubtract(1, ordering: .relaxed)
-            core.level(level, from: run)
+        run.levels.publish(.audioLevel(level), to: core.hub)
+    }
+}
+
+/// Lets a run publish events from another thread only until the core closes it; closing waits
+/// for a publish in progress, so nothing gets out after what the core publishes next.
+final class LevelGate: Sendable {
+    private let open = Mutex(true)
+
+    func publish(_ event: SpeechEvent, to hub: EventHub) {
+        open.withLock { open in
+            if open { hub.publish(event) }
         }
     }
+
+    func close() { open.withLock { $0 = false } }
 }
 
 /// Where captured audio goes, on the capture thread: to the recognizer (which never blocks), the

@@ -57,8 +57,8 @@ public struct Recognizers: Sendable {
 public actor SpeechCore {
     typealias Machine = SessionMachine<StartOptions>
     /// Events from recognizer and capture threads not yet taken by the core, per session. Past
-    /// this the session fails (`SessionFailed`) rather than queue without bound; level readings
-    /// are skipped already at half of it.
+    /// this the session fails (`SessionFailed`) rather than queue without bound. Level readings
+    /// do not pass through it (the capture thread publishes them).
     public static let inboxBound = 1024
 
     /// The event loop the core runs on.
@@ -71,7 +71,8 @@ public actor SpeechCore {
     private let history: HistoryStore?
     private let output: (any DictationOutput)?
     private let logger: Logger
-    private let hub: EventHub
+    /// Thread-safe: level readings are published from the capture thread (see ``SessionRun/levels``).
+    nonisolated let hub: EventHub
     private let jobs: AsyncStream<@Sendable () async -> Void>
     private let jobQueue: AsyncStream<@Sendable () async -> Void>.Continuation
     /// The loop's group when the core made its own (shut down with the core).
@@ -81,7 +82,10 @@ public actor SpeechCore {
     private var transcript = Transcript()
     private var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
     private var nextCallID: Machine.CallID = 0
-    private var session: ActiveSession?
+    private var session: ActiveSession? {
+        // A run that is no longer the session publishes no more levels, before anything that follows.
+        didSet { if let old = oldValue?.run, old !== session?.run { old.levels.close() } }
+    }
     private var sessionCounter = 0
     private var stopTimer: Scheduled<Void>?
     private var autoStopTimer: Scheduled<Void>?
@@ -480,11 +484,6 @@ public actor SpeechCore {
         case .speech: autoStopHeardSpeech()
         case .silence(let ago): autoStopHeardSilence(since: instant - TimeAmount(ago))
         }
-    }
-
-    func level(_ level: Double, from run: SessionRun) {
-        guard session?.run === run else { return }
-        publish(.audioLevel(level))
     }
 
     func microphoneLink(down: Bool, from run: SessionRun) {

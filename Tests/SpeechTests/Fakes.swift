@@ -88,6 +88,9 @@ final class FakeStream: MicrophoneStream {
         deliver(chunk)
     }
 
+    /// A chunk the capture thread had read when the capture was stopped: it still arrives.
+    func pushLate(_ chunk: AudioChunk) { deliver(chunk) }
+
     /// The sound server went away.
     func lose() { outcome.resolve(CaptureError(.lost, "Lost the sound server while listening (fake).")) }
 

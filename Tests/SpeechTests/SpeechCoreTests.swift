@@ -4,7 +4,6 @@ import History
 import Logging
 import Recognition
 import Speech
-import Synchronization
 import TestSupport
 import Testing
 
@@ -77,6 +76,23 @@ struct SpeechCoreTests {
             #expect(harness.log.states == [.starting, .listening, .stopping, .idle])
             #expect(harness.log.levels >= 2, "a level reading per 100 ms of audio")
             #expect(harness.microphone.openStreams == 0)
+        }
+    }
+
+    /// Level readings leave from the capture thread, not the core's loop: one the thread read
+    /// as the session ended must not follow the end.
+    @Test func noLevelReadingFollowsTheEndOfTheSession() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (_, capture) = try await harness.start()
+            capture.push(.tone)
+            #expect(harness.log.levels == 1)
+            _ = await harness.core.stop()
+            for _ in 0..<3 { capture.pushLate(.tone) }
+            let events = harness.log.all
+            let idle = try #require(events.firstIndex { if case .state(.idle) = $0 { true } else { false } })
+            #expect(!events[idle...].contains { if case .audioLevel = $0 { true } else { false } })
+            #expect(harness.log.levels == 1)
         }
     }
 
