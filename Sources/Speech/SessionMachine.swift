@@ -108,7 +108,8 @@ public struct SessionMachine<Options: Sendable & Equatable>: Sendable {
         case (.starting, .openFailed(let error)):
             let replies = startWaiters.map { Action.reply(id(of: $0), .error(error)) }
             startWaiters = []
-            return replies + [.recordFailure(error, signal: false)] + finishStopping()
+            // Recorded before the replies: a caller reading `LastError` after its error reply sees it.
+            return [.recordFailure(error, signal: false)] + replies + finishStopping()
 
         // Listening
         case (.listening, .start(let id, _)), (.reconnecting, .start(let id, _)):

@@ -54,7 +54,9 @@ public struct TranscriptUpdate: Sendable, Equatable {
 /// The values of `State`.
 public typealias SessionState = SessionMachine<StartOptions>.State
 
-/// Hands the core's events to its subscribers, on the core's executor, in order.
+/// Hands the core's events to its subscribers, on the core's executor, in order; the one
+/// exception is level readings, which a session's capture thread publishes while its run's
+/// ``LevelGate`` is open (the core closes it before the session's end goes out).
 ///
 /// Observers are called inline and must not block (the bus adapter only queues messages for the
 /// bus thread). Stream subscribers each get a buffer of ``streamBound`` events; one that falls
