@@ -33,26 +33,47 @@ public struct AudioChunk: Sendable, Equatable {
     }
 }
 
-/// Turns a stream of chunks into a level reading every `interval` of audio.
+/// Turns a stream of chunks into a level reading every `interval` of audio, and never more than
+/// `maxPerSecond` readings in any second of wall-clock time: chunks arrive with jitter and in
+/// bursts after a stall, so a reading per 100 ms of audio alone would sometimes put 11 or more
+/// into one second. A reading that would is dropped (the next one follows 100 ms later).
 public struct LevelMeter: Sendable {
     private let samplesPerReading: Int
     private var energy = 0.0
     private var count = 0
+    /// When the last `maxPerSecond` readings went out, oldest first once full (a ring).
+    private var sent: [ContinuousClock.Instant] = []
+    private var oldest = 0
+    private let maxPerSecond: Int
 
-    public init(interval: Duration = .milliseconds(100)) {
+    public init(interval: Duration = .milliseconds(100), maxPerSecond: Int = 10) {
         samplesPerReading = max(1, AudioFormat.samples(in: interval))
+        self.maxPerSecond = max(1, maxPerSecond)
     }
 
-    /// Adds a chunk; returns the RMS level in dBFS when a reading is due (at most one per chunk).
-    public mutating func add(_ chunk: AudioChunk) -> Double? {
+    /// Adds a chunk; returns the RMS level in dBFS when a reading is due (at most one per chunk)
+    /// and the last second has room for it.
+    public mutating func add(_ chunk: AudioChunk, at now: ContinuousClock.Instant = .now) -> Double? {
         energy += chunk.energy
         count += chunk.samples.count
         guard count >= samplesPerReading else { return nil }
         let rms = (energy / Double(count)).squareRoot()
         energy = 0
         count = 0
+        guard roomForOne(at: now) else { return nil }
         // Digital silence would be -inf; floor at the 16-bit noise floor.
         return max(20 * log10(max(rms, 1e-12)), -96)
+    }
+
+    private mutating func roomForOne(at now: ContinuousClock.Instant) -> Bool {
+        if sent.count < maxPerSecond {
+            sent.append(now)
+            return true
+        }
+        guard now - sent[oldest] > .seconds(1) else { return false }
+        sent[oldest] = now
+        oldest = (oldest + 1) % maxPerSecond
+        return true
     }
 }
 

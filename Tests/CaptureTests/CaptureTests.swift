@@ -17,6 +17,24 @@ struct LevelMeterTests {
         let silence = AudioChunk(samples: Array(repeating: 0, count: 1600))
         #expect(meter.add(silence) == -96)
     }
+
+    /// The contract allows at most 10 readings a second; audio arrives with jitter and in bursts.
+    @Test func neverMoreThanTenReadingsInAnySecond() {
+        var meter = LevelMeter(interval: .milliseconds(100))
+        let chunk = AudioChunk(samples: Array(repeating: 100, count: 1600))
+        let start = ContinuousClock.now
+        // 60 s of chunks 100 ms apart with up to ±15 ms of jitter, and a 2 s stall delivered at once.
+        var arrivals: [Duration] = (0..<600).map { .milliseconds(100 * $0 + ($0 * 37 % 31) - 15) }
+        for index in 300..<320 { arrivals[index] = .milliseconds(32_000) }
+        var readings: [Duration] = []
+        for arrival in arrivals where meter.add(chunk, at: start + arrival) != nil { readings.append(arrival) }
+        for (index, reading) in readings.enumerated() {
+            let inOneSecond = readings[index...].prefix { $0 - reading <= .seconds(1) }.count
+            #expect(inOneSecond <= 10, "\(inOneSecond) readings in the second from \(reading)")
+        }
+        // Jitter costs few readings: a meter still gets about ten a second.
+        #expect(readings.count >= 520, "\(readings.count) readings for 600 chunks")
+    }
 }
 
 @Suite("PulseAudio capture against a headless server", .serialized)
