@@ -54,9 +54,13 @@ extension Benchmarks {
     /// Streams each WAV to its service at once (in real time; `clients` SDK clients per WAV, from
     /// one client process in lockstep), and measures the services' CPU time and the sum of their
     /// peak RSS.
-    static func serverRun(_ streams: [(service: SttdFixture, wav: String)], clients: Int = 1) async throws -> ServerRun {
+    static func serverRun(
+        _ streams: [(service: SttdFixture, wav: String)], clients: Int = 1
+    ) async throws -> ServerRun {
         var services: [SttdFixture] = []
-        for stream in streams where !services.contains(where: { $0 === stream.service }) { services.append(stream.service) }
+        for stream in streams where !services.contains(where: { $0 === stream.service }) {
+            services.append(stream.service)
+        }
         var addresses: [String] = []
         for stream in streams { addresses.append(try await stream.service.property("ServerAddress")?.string ?? "") }
         let before = try services.map { try ProcessSample(pid: $0.sttd.pid) }
