@@ -182,6 +182,13 @@ final class PendingReply: Sendable {
 /// `@unchecked Sendable`: the properties marked "owner thread" are read and written only on the
 /// thread running ``run(bus:ready:)``; other threads reach them only through `perform`, which
 /// queues a job under `shared`'s lock and wakes the thread through the self-pipe.
+///
+/// One exception, for high-rate signals (meter levels, ten a second while listening): when no
+/// job is queued or running, ``sendDroppable(_:)`` hands the signal to libdbus on the calling
+/// thread. Waking the owner thread for each cost two thirds of sttd's CPU while listening; the
+/// single-owner rule guards against a thread blocked in `read_write_dispatch`, which this loop
+/// never calls (it polls outside libdbus, and `dbus_connection_send` only writes what the
+/// socket takes at once, leaving the rest to the owner thread).
 final class ConnectionLoop: @unchecked Sendable {
     typealias Job = @Sendable (ConnectionLoop) -> Void
 
@@ -199,12 +206,19 @@ final class ConnectionLoop: @unchecked Sendable {
         var ended = false
         var closeRequested = false
         var endWaiters: [CheckedContinuation<Void, Never>] = []
+        /// The owner thread is running jobs it took from `jobs`.
+        var running = false
         var droppedJobs = 0
         // Set from the first refused job until the owner thread drains the queue.
         var overflowing = false
         var droppedThisEpisode = 0
     }
     private let shared = Mutex(Shared())
+    /// The connection while other threads may send on it: set once it is up, cleared (waiting
+    /// for a send in progress) before it closes.
+    private let direct = Mutex(DirectConnection(raw: nil))
+    /// Unsent bytes in libdbus past which a droppable signal is dropped, not sent directly.
+    static let directBacklogLimit = 1 << 20
     private let bounds: Bounds
     let logger: Logger
     // A self-pipe: other threads write a byte to wake the owner thread out of poll().
@@ -241,6 +255,9 @@ final class ConnectionLoop: @unchecked Sendable {
 
     /// How many droppable jobs have been refused since the loop started.
     var droppedJobs: Int { shared.withLock { $0.droppedJobs } }
+
+    /// How many droppable signals were sent on their emitter's thread.
+    var directSends: Int { direct.withLock { $0.sent } }
 
     private enum Admission {
         case queued(first: Bool)
@@ -295,6 +312,25 @@ final class ConnectionLoop: @unchecked Sendable {
             for waiter in waiters { waiter.resume() }
             return false
         }
+    }
+
+    /// Sends a high-rate signal that may be dropped: on the calling thread when nothing is queued
+    /// for the owner thread or running there (so it follows everything emitted before it), else
+    /// as a droppable job. False if it was dropped.
+    func sendDroppable(_ outgoing: OutgoingMessage) -> Bool {
+        let clear = shared.withLock { !$0.ended && $0.jobs.isEmpty && !$0.running }
+        if clear {
+            let sent = direct.withLock { direct -> Bool? in
+                guard let raw = direct.raw else { return nil }
+                guard dbus_connection_get_outgoing_size(raw) < Self.directBacklogLimit else { return false }
+                guard let message = try? outgoing.build() else { return false }
+                dbus_connection_send(raw, message.raw, nil)
+                direct.sent += 1
+                return true
+            }
+            if let sent { return sent }
+        }
+        return perform({ $0.send(outgoing) }, droppable: true)
     }
 
     func requestClose() {
@@ -413,6 +449,7 @@ final class ConnectionLoop: @unchecked Sendable {
         raw = connection
         dbus_connection_set_exit_on_disconnect(connection, 0)
         install(on: connection)
+        direct.withLock { $0.raw = connection }
         ready(.success(dbus_bus_get_unique_name(connection).map { String(cString: $0) } ?? ""))
         loop()
         teardown()
@@ -515,6 +552,7 @@ final class ConnectionLoop: @unchecked Sendable {
         while true {
             let (jobs, closeRequested, dropped) = shared.withLock { shared -> ([Job], Bool, Int?) in
                 defer { shared.jobs = [] }
+                shared.running = !shared.jobs.isEmpty
                 // Draining the queue ends an overflow episode.
                 var dropped: Int? = nil
                 if shared.overflowing {
@@ -527,7 +565,10 @@ final class ConnectionLoop: @unchecked Sendable {
             if let dropped {
                 logger.notice("The D-Bus connection caught up", metadata: ["droppedSignals": "\(dropped)"])
             }
-            for job in jobs { job(self) }
+            if !jobs.isEmpty {
+                for job in jobs { job(self) }
+                shared.withLock { $0.running = false }
+            }
             dispatchAll()
             if disconnected { break }
             if closeRequested {
@@ -590,6 +631,7 @@ final class ConnectionLoop: @unchecked Sendable {
     }
 
     private func teardown() {
+        direct.withLock { $0.raw = nil }
         let (jobs, waiters) = shared.withLock { shared -> ([Job], [CheckedContinuation<Void, Never>]) in
             shared.ended = true
             defer { shared.jobs.removeAll(); shared.endWaiters.removeAll() }
@@ -609,4 +651,11 @@ final class ConnectionLoop: @unchecked Sendable {
         objects.removeAll()
         for waiter in waiters { waiter.resume() }
     }
+}
+
+/// The libdbus connection as other threads may use it, with a count of their sends.
+private struct DirectConnection: @unchecked Sendable {
+    // @unchecked: used only under `ConnectionLoop.direct`'s lock; libdbus locks the connection.
+    var raw: OpaquePointer?
+    var sent = 0
 }

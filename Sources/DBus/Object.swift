@@ -296,9 +296,10 @@ public final class DBusObject: Sendable {
     }
 
     /// Emits a signal from this object (from the interface declaring it unless `interface` says);
-    /// true if it was queued. `droppable` marks high-rate signals such as meter levels, which the
-    /// connection refuses rather than queue when it falls behind (see ``ConnectionLoop``). With a
-    /// `destination` the signal is unicast: the bus delivers it to that connection only.
+    /// true if it was sent or queued. `droppable` marks high-rate signals such as meter levels:
+    /// sent on the calling thread when the connection has nothing queued, refused rather than
+    /// queued when it falls behind (see ``ConnectionLoop``). With a `destination` the signal is
+    /// unicast: the bus delivers it to that connection only.
     @discardableResult
     public func emit(
         _ signal: String, interface: String? = nil, _ arguments: [DBusValue], droppable: Bool = false,
@@ -321,7 +322,8 @@ public final class DBusObject: Sendable {
             return false
         }
         guard let loop = loop.withLock({ $0 }) else { return false }
-        return loop.perform({ $0.send(message) }, droppable: droppable)
+        if droppable { return loop.sendDroppable(message) }
+        return loop.perform({ $0.send(message) })
     }
 
     /// The introspection XML of this object (built once: `gdbus call` introspects before every call).

@@ -350,6 +350,7 @@ struct BindingTests {
         #expect(!fixture.object.emit("Ping", [.uint32(3)], droppable: true))
         #expect(fixture.object.emit("Ping", [.uint32(4)]))
         #expect(fixture.server.loop.droppedJobs == 1)
+        #expect(fixture.server.loop.directSends == 0)
         blocker.release()
         var received: [DBusValue] = []
         for await signal in pings {
@@ -358,6 +359,47 @@ struct BindingTests {
         }
         #expect(received == [.uint32(1), .uint32(2), .uint32(4)])
         #expect(fixture.server.isConnected)
+    }
+
+    @Test func aDroppableSignalGoesOutFromTheEmittersThreadInOrder() async throws {
+        let fixture = try await EchoFixture()
+        let pings = try await fixture.client.signals(interface: "test.Echo", member: "Ping")
+        // After a round trip the server's owner thread has nothing queued or running.
+        _ = try await fixture.server.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetId")
+        #expect(fixture.object.emit("Ping", [.uint32(1)], droppable: true))
+        #expect(fixture.server.loop.directSends == 1)
+        // Queued for the owner thread, then one that must not overtake it.
+        #expect(fixture.object.emit("Ping", [.uint32(2)]))
+        #expect(fixture.object.emit("Ping", [.uint32(3)], droppable: true))
+        var received: [DBusValue] = []
+        for await signal in pings {
+            received += signal.arguments
+            if signal.arguments == [.uint32(3)] { break }
+        }
+        #expect(received == [.uint32(1), .uint32(2), .uint32(3)])
+    }
+
+    @Test func droppableSignalsRacingTheConnectionsCloseAreSafe() async throws {
+        let fixture = try await EchoFixture()
+        let object = fixture.object
+        let done = DispatchSemaphore(value: 0)
+        // Two threads sending while the owner thread closes and frees the connection: a send
+        // on a freed connection would crash the test process.
+        for _ in 0..<2 {
+            Thread {
+                for n in 0..<5_000 { object.emit("Ping", [.uint32(UInt32(n))], droppable: true) }
+                done.signal()
+            }.start()
+        }
+        try await Task.sleep(for: .milliseconds(5))
+        fixture.server.close()
+        await fixture.server.waitUntilDisconnected()
+        done.wait()
+        done.wait()
+        #expect(!fixture.server.isConnected)
+        #expect(!object.emit("Ping", [.uint32(0)], droppable: true))
     }
 
     @Test func aWedgedConnectionThreadClosesTheConnection() async throws {

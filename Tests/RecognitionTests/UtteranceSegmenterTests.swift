@@ -30,9 +30,14 @@ struct UtteranceSegmenterTests {
         #expect(start == 42 * UtteranceSegmenter.frame)
     }
 
-    @Test func digitalSilenceBeforeSpeechIsCutToTheLead() throws {
-        let start = try utteranceStart([Int16](repeating: 0, count: 50 * UtteranceSegmenter.frame) + tone(20, dbfs: -20))
-        #expect(start == 42 * UtteranceSegmenter.frame)
+    @Test func digitalSilenceBeforeSpeechIsNotDecoded() throws {
+        let zeros = [Int16](repeating: 0, count: 50 * UtteranceSegmenter.frame)
+        let start = try utteranceStart(zeros + tone(20, dbfs: -20))
+        #expect(start == 50 * UtteranceSegmenter.frame)
+        // The lead stops where the digital silence is: 3 frames of room noise before the speech.
+        let noisy = try utteranceStart(
+            [Int16](repeating: 0, count: 47 * UtteranceSegmenter.frame) + tone(3, dbfs: -70) + tone(20, dbfs: -20))
+        #expect(noisy == 47 * UtteranceSegmenter.frame)
     }
 
     @Test func speechRightAtTheStartKeepsEverything() throws {

@@ -8,8 +8,8 @@ import Foundation
 /// VAD model ships in a package here. A frame (20 ms) is voiced when its level is 12 dB above the
 /// noise floor (the quietest frame of the last 3 s), clamped to -50…-35 dBFS so that digital
 /// silence and a noisy room both work. Speech starts after 3 voiced frames in a row and keeps the
-/// audio from before back to where the level rose 6 dB out of the noise floor, and 160 ms more, at
-/// most 500 ms (soft onsets are detected late: a fixed 300 ms lost "ill" of "ill-disposed" on a
+/// audio from before back to where the level rose 6 dB out of the noise floor, and 160 ms more
+/// unless that is digital silence, at most 500 ms (soft onsets are detected late: a fixed 300 ms lost "ill" of "ill-disposed" on a
 /// LibriVox clip; and the silence before them is decode time for nothing); it ends after
 /// `hangover` without a voiced frame. At `pause` into
 /// that silence the engine may decode speculatively: the utterance a final gets is cut at the
@@ -47,6 +47,8 @@ struct UtteranceSegmenter {
     let prerollFrames = 25
     /// Kept before the frame where the level rose out of the noise floor.
     let leadFrames = 8
+    /// A frame level (dBFS) below one step of 16-bit audio: zeros or dither, nothing to decode.
+    static let digitalSilence: Float = -90
     let onsetRise: Float = 6
     let minVoicedFrames = 8
     let floorFrames = 150
@@ -160,7 +162,11 @@ struct UtteranceSegmenter {
             let rising = (recent.min() ?? -100) + onsetRise
             var onset = energies.count - startFrames
             while onset > 0, energies[onset - 1] > rising { onset -= 1 }
-            dropFrames(max(0, onset - leadFrames))
+            // The lead may hold a soft onset, but never in digital silence: that is decode time
+            // for nothing.
+            var lead = onset
+            while lead > 0, onset - lead < leadFrames, energies[lead - 1] > Self.digitalSilence { lead -= 1 }
+            dropFrames(lead)
             voicedFrames = startFrames
             silenceRun = 0
             events.append(.started)
