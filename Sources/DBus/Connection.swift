@@ -212,6 +212,14 @@ final class ConnectionLoop: @unchecked Sendable {
         // Set from the first refused job until the owner thread drains the queue.
         var overflowing = false
         var droppedThisEpisode = 0
+
+        /// Counts a refused droppable job; true if it is the first of an overflow episode.
+        mutating func refuseDroppable() -> Bool {
+            droppedJobs += 1
+            droppedThisEpisode += 1
+            defer { overflowing = true }
+            return !overflowing
+        }
     }
     private let shared = Mutex(Shared())
     /// The connection while other threads may send on it: set once it is up, cleared (waiting
@@ -273,12 +281,7 @@ final class ConnectionLoop: @unchecked Sendable {
         let admission = shared.withLock { shared -> Admission in
             guard !shared.ended else { return .ended }
             let count = shared.jobs.count
-            if droppable && count >= bounds.soft {
-                shared.droppedJobs += 1
-                shared.droppedThisEpisode += 1
-                defer { shared.overflowing = true }
-                return .dropped(firstInEpisode: !shared.overflowing)
-            }
+            if droppable && count >= bounds.soft { return .dropped(firstInEpisode: shared.refuseDroppable()) }
             if count >= bounds.hard {
                 // Refuse everything from now on; the owner thread closes the connection if it
                 // ever comes back, and waiters learn now that the connection is gone.
@@ -298,11 +301,7 @@ final class ConnectionLoop: @unchecked Sendable {
         case .ended:
             return false
         case .dropped(let firstInEpisode):
-            if firstInEpisode {
-                logger.warning(
-                    "The D-Bus connection is falling behind; dropping high-rate signals until it catches up",
-                    metadata: ["queued": "\(bounds.soft)"])
-            }
+            if firstInEpisode { warnDropping(["queued": "\(bounds.soft)"]) }
             return false
         case .wedged(let queued, let waiters):
             logger.error(
@@ -318,19 +317,41 @@ final class ConnectionLoop: @unchecked Sendable {
     /// for the owner thread or running there (so it follows everything emitted before it), else
     /// as a droppable job. False if it was dropped.
     func sendDroppable(_ outgoing: OutgoingMessage) -> Bool {
-        let clear = shared.withLock { !$0.ended && $0.jobs.isEmpty && !$0.running }
-        if clear {
-            let sent = direct.withLock { direct -> Bool? in
-                guard let raw = direct.raw else { return nil }
-                guard dbus_connection_get_outgoing_size(raw) < Self.directBacklogLimit else { return false }
-                guard let message = try? outgoing.build() else { return false }
-                dbus_connection_send(raw, message.raw, nil)
-                direct.sent += 1
-                return true
-            }
-            if let sent { return sent }
+        guard shared.withLock({ !$0.ended && $0.jobs.isEmpty && !$0.running }) else {
+            return perform({ $0.send(outgoing) }, droppable: true)
         }
-        return perform({ $0.send(outgoing) }, droppable: true)
+        let message: Message
+        do {
+            message = try outgoing.build()
+        } catch {
+            logger.error("Cannot build a D-Bus message", metadata: ["error": "\(error.message)"])
+            return false
+        }
+        let sent = direct.withLock { direct -> Bool? in
+            guard let raw = direct.raw else { return nil }
+            // The bus is not reading: another reading would only wait behind the others.
+            guard dbus_connection_get_outgoing_size(raw) < Self.directBacklogLimit else { return false }
+            dbus_connection_send(raw, message.raw, nil)
+            direct.sent += 1
+            return true
+        }
+        switch sent {
+        case true?: return true
+        case false?:
+            if shared.withLock({ $0.refuseDroppable() }) {
+                warnDropping(["unsentBytes": "\(Self.directBacklogLimit)"])
+            }
+            return false
+        case nil:
+            // Not up yet, or closing.
+            return perform({ $0.send(outgoing) }, droppable: true)
+        }
+    }
+
+    private func warnDropping(_ metadata: Logger.Metadata) {
+        logger.warning(
+            "The D-Bus connection is falling behind; dropping high-rate signals until it catches up",
+            metadata: metadata)
     }
 
     func requestClose() {

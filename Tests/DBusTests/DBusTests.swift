@@ -381,6 +381,24 @@ struct BindingTests {
         #expect(received == [.uint32(1), .uint32(2), .uint32(3)])
     }
 
+    @Test func droppableSignalsAreDroppedWhileTheBusIsNotReading() async throws {
+        let fixture = try await EchoFixture()
+        fixture.bus.freeze()
+        defer { fixture.bus.resume() }
+        // 20 000 signals of ~120 bytes: the socket's buffer fills, then libdbus's queue passes
+        // its 1 MB limit, and the rest is refused instead of piling up.
+        var sent = 0
+        for n in 0..<20_000 where fixture.object.emit("Ping", [.uint32(UInt32(n))], droppable: true) { sent += 1 }
+        #expect(sent < 20_000)
+        #expect(fixture.server.loop.droppedJobs == 20_000 - sent)
+        fixture.bus.resume()
+        // Once the bus reads again, the connection works as before.
+        _ = try await fixture.server.call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetId")
+        #expect(fixture.server.isConnected)
+    }
+
     @Test func droppableSignalsRacingTheConnectionsCloseAreSafe() async throws {
         let fixture = try await EchoFixture()
         let object = fixture.object

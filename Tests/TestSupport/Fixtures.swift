@@ -120,7 +120,15 @@ public final class PrivateBus: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: directory)
     }
 
-    deinit { stop() }
+    /// Freezes the daemon (it stops reading its clients' sockets) until ``resume()``.
+    public func freeze() { kill(process.pid, SIGSTOP) }
+
+    public func resume() { kill(process.pid, SIGCONT) }
+
+    deinit {
+        resume()
+        stop()
+    }
 }
 
 /// Waits up to 10 s until a Unix socket accepts connections (the file appears at bind(),
