@@ -15,7 +15,8 @@ public struct DBusSignalMessage: Sendable {
 /// A connection to a message bus.
 ///
 /// One thread owns the libdbus connection and makes every libdbus call on it (see
-/// architecture.md): it polls the connection's file descriptors plus an eventfd that other
+/// architecture.md) but one, a high-rate droppable signal sent while it has nothing queued
+/// (see ``ConnectionLoop``): it polls the connection's file descriptors plus a pipe that other
 /// threads use to hand it work. Nothing here blocks the caller; the process never exits because
 /// the bus went away.
 public final class DBusConnection: Sendable {

@@ -235,6 +235,11 @@ struct SherpaOnnxTests {
             _ = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
         }
         #expect(!recognizer.isModelLoaded)
+        // Repaired (its size and time change), the model is tried again.
+        try encoder.write(to: URL(fileURLWithPath: "\(directory)/encoder_model.onnx"))
+        let repaired = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+        repaired.cancel()
+        _ = await runToEnd(repaired)
     }
 
     @Test(arguments: [false, true])

@@ -195,7 +195,10 @@ final class SherpaShared: Sendable {
     private let failures = Mutex<[String: RecognitionError]>([:])
 
     func knownFailure(_ model: SherpaModel) -> RecognitionError? {
-        failures.withLock { $0[Self.identity(model)] }
+        // Every start asks: the files' identity is read only once something has failed.
+        guard !failures.withLock({ $0.isEmpty }) else { return nil }
+        let identity = Self.identity(model)
+        return failures.withLock { $0[identity] }
     }
 
     func recordFailure(_ model: SherpaModel, _ error: RecognitionError) {
@@ -205,10 +208,10 @@ final class SherpaShared: Sendable {
     /// Paths, sizes and modification times: a reinstalled model is tried again.
     static func identity(_ model: SherpaModel) -> String {
         model.allFiles.map { path in
-            let attributes = try? FileManager.default.attributesOfItem(atPath: path)
-            let size = (attributes?[.size] as? NSNumber)?.int64Value ?? -1
-            let modified = (attributes?[.modificationDate] as? Date)?.timeIntervalSince1970 ?? 0
-            return "\(path):\(size):\(modified)"
+            // stat(2), not FileManager's attributes, which also look up the owner's user and group.
+            var info = stat()
+            guard stat(path, &info) == 0 else { return "\(path):-1:0" }
+            return "\(path):\(info.st_size):\(info.st_mtim.tv_sec).\(info.st_mtim.tv_nsec)"
         }.joined(separator: "|")
     }
 }
