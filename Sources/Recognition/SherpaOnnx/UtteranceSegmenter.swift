@@ -9,11 +9,11 @@ import Foundation
 /// noise floor (the quietest frame of the last 3 s), clamped to -50…-35 dBFS so that digital
 /// silence and a noisy room both work. Speech starts after 3 voiced frames in a row and keeps the
 /// audio from before back to where the level rose 6 dB out of the noise floor, and 160 ms more
-/// unless that is digital silence, at most 500 ms (soft onsets are detected late: a fixed 300 ms lost "ill" of "ill-disposed" on a
-/// LibriVox clip; and the silence before them is decode time for nothing); it ends after
-/// `hangover` without a voiced frame. At `pause` into
-/// that silence the engine may decode speculatively: the utterance a final gets is cut at the
-/// same point, so a speculative decode that nothing interrupted *is* the final.
+/// unless that is digital silence, at most 500 ms (soft onsets are detected late: a fixed 300 ms
+/// lost "ill" of "ill-disposed" on a LibriVox clip; and the silence before them is decode time for
+/// nothing); it ends after `hangover` without a voiced frame. At `pause` into that silence the
+/// engine may decode speculatively: the utterance a final gets is cut at the same point, so a
+/// speculative decode that nothing interrupted *is* the final.
 struct UtteranceSegmenter {
     /// An utterance: its samples (-1…1) and where it lies in the session, in samples.
     struct Utterance: Equatable {
