@@ -71,6 +71,8 @@ final class SherpaDecoders: @unchecked Sendable {
         var interimRunning = false
         /// A final of it was queued again once after the engine failed.
         var retriedFinal = false
+        /// A thread is running its end: nothing of it needs the model any more.
+        var ending = false
     }
 
     init(settings: SherpaSettings, shared: SherpaShared, logger: Logger) {
@@ -199,6 +201,7 @@ final class SherpaDecoders: @unchecked Sendable {
             queue.session.interims.withLock { $0.void = false }
         } else {
             queue.busy = true
+            if case .end = item.work { queue.ending = true }
             if queue.interimRunning { queue.session.interims.withLock { $0.void = true } }
         }
         queues[best.key] = queue
@@ -208,6 +211,8 @@ final class SherpaDecoders: @unchecked Sendable {
     /// A session is open that is not ending with an error: it will need the model.
     private var needsModel: Bool {
         queues.values.contains { queue in
+            // While a failed load's end runs on one thread, another must not load again.
+            if queue.ending { return false }
             guard case .end(let error) = queue.items.last?.work else { return true }
             return error == nil
         }

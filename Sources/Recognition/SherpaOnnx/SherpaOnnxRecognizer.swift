@@ -81,6 +81,8 @@ public final class SherpaOnnxRecognizer: Recognizer {
     public var isModelLoaded: Bool { decoders.shared.loaded.load(ordering: .relaxed) }
     /// How many times the model was loaded so far.
     public var loadCount: Int { decoders.shared.loads.load(ordering: .relaxed) }
+    /// How many times loading the model failed so far.
+    public var failedLoadCount: Int { decoders.shared.failedLoads.load(ordering: .relaxed) }
 
     /// Everything short of loading the model: the library opens, the model's files are there, and
     /// the same files did not fail to load before.
@@ -191,6 +193,7 @@ final class SherpaEngine: @unchecked Sendable {
 final class SherpaShared: Sendable {
     let loaded = Atomic<Bool>(false)
     let loads = Atomic<Int>(0)
+    let failedLoads = Atomic<Int>(0)
     /// Model files that failed to load, by their identity (paths, sizes, mtimes), with the error.
     private let failures = Mutex<[String: RecognitionError]>([:])
 
@@ -202,6 +205,7 @@ final class SherpaShared: Sendable {
     }
 
     func recordFailure(_ model: SherpaModel, _ error: RecognitionError) {
+        failedLoads.wrappingAdd(1, ordering: .relaxed)
         failures.withLock { $0[Self.identity(model)] = error }
     }
 
