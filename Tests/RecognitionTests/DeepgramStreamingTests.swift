@@ -199,7 +199,7 @@ struct DeepgramStreamingTests {
             ).startSession(SessionOptions(), events: EventCollector())
         }
         #expect(error?.kind == .backendUnavailable)
-        #expect(server.connections.count == 4, "one try and three retries")
+        #expect(server.connections.count == 4, "one try and three retries: \(error?.message ?? "")")
     }
 
     @Test func serverTimeoutCloseReconnectsWithoutLosingAudio() async throws {
