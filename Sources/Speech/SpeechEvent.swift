@@ -59,9 +59,9 @@ public typealias SessionState = SessionMachine<StartOptions>.State
 /// ``LevelGate`` is open (the core closes it before the session's end goes out).
 ///
 /// Observers are called inline and must not block (the bus adapter queues messages for the bus
-/// thread, or hands a level reading to libdbus at once). Stream subscribers each get a buffer of ``streamBound`` events; one that falls
-/// that far behind has its stream ended (and a warning logged) rather than growing memory or
-/// silently missing events.
+/// thread, or hands a level reading to libdbus at once). Stream subscribers each get a buffer of
+/// ``streamBound`` events; one that falls that far behind has its stream ended (and a warning
+/// logged) rather than growing memory or silently missing events.
 final class EventHub: Sendable {
     static let streamBound = 4096
 
