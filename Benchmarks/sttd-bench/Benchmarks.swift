@@ -180,11 +180,11 @@ enum Benchmarks {
             theirs = []
             let cpuBefore = childrenCPUSeconds()
             for file in files {
-                theirs.append(try run(reference, ["-infile", file.path, "-logfn", "/dev/null"]).stdout)
+                theirs.append(try await run(reference, ["-infile", file.path, "-logfn", "/dev/null"]).stdout)
             }
             let theirCPU = childrenCPUSeconds() - cpuBefore
             let loadBefore = childrenCPUSeconds()
-            try run(reference, ["-infile", silence, "-logfn", "/dev/null"])
+            try await run(reference, ["-infile", silence, "-logfn", "/dev/null"])
             let load = childrenCPUSeconds() - loadBefore
             rounds.append(
                 (

@@ -55,7 +55,7 @@ struct PulseCaptureTests {
         let recording = try LibriVox.recordings()[1]
         let capture = try await PulseAudio.capture(source: nil, server: pulse.server, logger: logger)
         let pactl = try requireTool("pactl", package: "pulseaudio-utils")
-        let outputs = try run(pactl, ["list", "source-outputs"], environment: pulse.environmentForClients())
+        let outputs = try await run(pactl, ["list", "source-outputs"], environment: pulse.environmentForClients())
         for property in [
             "application.name = \"sttd\"", "application.id = \"io.github.sttd\"", "media.role = \"production\"",
         ] {

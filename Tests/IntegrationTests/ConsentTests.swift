@@ -68,7 +68,7 @@ struct ConsentTests {
         #expect(try await fixture.property("State") == .string("listening"))
         // The sound server names the app the microphone is open for.
         let pactl = try requireTool("pactl", package: "pulseaudio-utils")
-        let outputs = try run(pactl, ["list", "source-outputs"], environment: fixture.environment)
+        let outputs = try await run(pactl, ["list", "source-outputs"], environment: fixture.environment)
         #expect(outputs.stdout.contains("media.name = \"Dictation for org.example.Notes\""), "\(outputs.stdout)")
         #expect(outputs.stdout.contains("application.name = \"sttd\""))
         // The app's session reports to the app alone: a host client does not see its TranscriptChanged.
@@ -89,7 +89,7 @@ struct ConsentTests {
         try await fixture.call("StopTranscribing")
         #expect(try fixture.sttctl(["status"]).status == 0)
         let busctl = try requireTool("busctl", package: "systemd")
-        let hostCall = try run(
+        let hostCall = try await run(
             busctl,
             [
                 "--address=\(fixture.bus.address)", "call", SpeechAPI.busName, SpeechAPI.objectPath,

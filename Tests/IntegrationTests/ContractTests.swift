@@ -309,7 +309,7 @@ extension Integration {
 
         @Test func secondInstanceExitsWithAClearMessage() async throws {
             let sttd = try await SttdFixture()
-            let second = try run(try builtExecutable("sttd"), [], environment: sttd.environment, timeout: 20)
+            let second = try await run(try builtExecutable("sttd"), [], environment: sttd.environment, timeout: 20)
             #expect(second.status != 0)
             #expect(second.stderr.contains("already owned"), "\(second.stderr)")
             try await sttd.call("Ping", interface: "org.freedesktop.DBus.Peer")
@@ -319,13 +319,13 @@ extension Integration {
             let sttd = try await SttdFixture()
             try await sttd.call("StartTranscribing", [.vardict([])])
             sttd.sttd.signal(SIGTERM)
-            #expect(sttd.sttd.wait(timeout: 10) == 0, "\(sttd.log)")
+            #expect(await sttd.sttd.exit(timeout: .seconds(10)) == 0, "\(sttd.log)")
         }
 
         @Test func busLossEndsWithFailureStatus() async throws {
             let sttd = try await SttdFixture()
             sttd.bus.stop()
-            let status = sttd.sttd.wait(timeout: 10)
+            let status = await sttd.sttd.exit(timeout: .seconds(10))
             #expect(
                 status != nil && status != 0, "exits non-zero so systemd restarts it: \(String(describing: status))")
         }

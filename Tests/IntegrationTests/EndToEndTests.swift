@@ -7,20 +7,20 @@ import Testing
 extension Integration {
     @Suite("Dictating recorded speech through PulseAudio", .serialized)
     struct DictationTests {
-        /// Every LibriVox file through the virtual microphone; the WER is compared with
+        /// Every LibriVox file through the virtual microphone; the word errors are compared with
         /// `pocketsphinx_continuous -infile` on the same file.
         @Test func transcribesEveryLibriVoxFileLikeTheReferenceTool() async throws {
             let reference = try requireTool("pocketsphinx_continuous", package: "pocketsphinx")
+            let recordings = try LibriVox.recordings()
+            let expected = try await referenceErrors(reference, recordings)
             let sttd = try await SttdFixture(config: "[local]\nengine = \"pocketsphinx\"\n")
-            var ourErrors = 0.0
-            var theirErrors = 0.0
-            var words = 0
+            var ourTotal = 0
             var report: [String] = []
-            for recording in try LibriVox.recordings() {
+            for (recording, theirs) in zip(recordings, expected) {
                 let recorder = try await sttd.record()
                 try await sttd.call("StartTranscribing", [.vardict([])])
                 // The null sink's monitor misses the first ~100 ms of a stream that starts while it
-                // runs: half a second of silence first (for both tools), as before a person speaks.
+                // runs: half a second of silence first, as before a person speaks.
                 let file = "\(sttd.home)/\(recording.id).wav"
                 try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recording.path), to: file)
                 try sttd.pulse.play(file)
@@ -35,21 +35,16 @@ extension Integration {
                     }
                 }
                 let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
-                let expected = try run(reference, ["-infile", file, "-logfn", "/dev/null"]).stdout
 
-                let ours = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(transcript))
-                let theirs = wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(expected))
-                ourErrors += ours * Double(recording.reference.count) / 100
-                theirErrors += theirs * Double(recording.reference.count) / 100
-                words += recording.reference.count
-                // The virtual microphone resamples (16 kHz → the sink's rate → 16 kHz), so the
-                // samples differ slightly from the file's and either tool may get one word the
-                // other misses (it went both ways in CI): at most one word worse per file.
-                let oneWord = 100 / Double(recording.reference.count)
+                let ours = wordErrors(reference: recording.reference, hypothesis: normalizedWords(transcript))
+                ourTotal += ours
+                // One word more than the worst sampled shift: a shift between two sampled ones
+                // may read one word differently again.
                 #expect(
-                    ours <= theirs + oneWord + 0.001, "\(recording.id): sttd \(ours)% vs pocketsphinx_continuous \(theirs)%")
+                    ours <= theirs.max()! + 1,
+                    "\(recording.id): sttd \(ours) word errors, pocketsphinx_continuous \(theirs) at each shift")
                 report.append(
-                    "\(recording.id): sttd \(String(format: "%.1f", ours))% \"\(transcript)\" | pocketsphinx_continuous \(String(format: "%.1f", theirs))%"
+                    "\(recording.id): sttd \(ours) of \(recording.reference.count) \"\(transcript)\" | pocketsphinx_continuous \(theirs.min()!)–\(theirs.max()!)"
                 )
 
                 let updates = recorder.signals(named: "TranscriptChanged")
@@ -60,13 +55,58 @@ extension Integration {
                     "interim before final: \(recording.id)")
                 #expect(!recorder.signals(named: "AudioLevel").isEmpty)
             }
-            let ourWER = ourErrors / Double(words) * 100
-            let theirWER = theirErrors / Double(words) * 100
+            let words = recordings.reduce(0) { $0 + $1.reference.count }
+            let theirBest = expected.reduce(0) { $0 + $1.min()! }
+            let theirWorst = expected.reduce(0) { $0 + $1.max()! }
             print(
-                "WER over \(words) words: sttd \(String(format: "%.2f", ourWER))%, pocketsphinx_continuous \(String(format: "%.2f", theirWER))%"
+                "Word errors in \(words) words: sttd \(ourTotal), pocketsphinx_continuous \(theirBest)–\(theirWorst) by shift"
             )
             for line in report { print("  " + line) }
-            #expect(ourWER <= theirWER + 3, "sttd \(ourWER)% vs pocketsphinx_continuous \(theirWER)%")
+            #expect(
+                ourTotal <= theirWorst, "sttd \(ourTotal) word errors, pocketsphinx_continuous at most \(theirWorst)")
+        }
+
+        /// The reference tool's word errors for each recording, decoded at each of 8 shifts across
+        /// one 10 ms analysis frame (160 samples).
+        ///
+        /// The speech reaches sttd at whatever sample offset the virtual microphone's monitor
+        /// happens to start the stream at, and pocketsphinx's words change with where the speech
+        /// falls in its frames: at some shifts it reads 0920's "woman" as "wall and", and the five
+        /// files' errors range from 24 to 30 of 71 words. So sttd is held to the range, not to
+        /// one shift.
+        private func referenceErrors(
+            _ tool: String, _ recordings: [(id: String, path: String, reference: [String])]
+        ) async throws -> [[Int]] {
+            let directory = try makeTemporaryDirectory("sttd-reference")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let shifts = Array(stride(from: 0, to: 160, by: 20))
+            var jobs: [(recording: Int, file: String)] = []
+            for (index, recording) in recordings.enumerated() {
+                let samples = try wavSamples(recording.path)
+                for shift in shifts {
+                    let file = "\(directory)/\(recording.id)-\(shift).wav"
+                    try writeWAV([Int16](repeating: 0, count: 8_000 + shift) + samples, to: file)
+                    jobs.append((index, file))
+                }
+            }
+            var errors = [[Int]](repeating: [], count: recordings.count)
+            // Two decodes at a time (the CI machine's cores): each takes seconds of CPU.
+            for batch in stride(from: 0, to: jobs.count, by: 2) {
+                let running = try jobs[batch..<min(batch + 2, jobs.count)].map { job in
+                    let arguments = ["-infile", job.file, "-logfn", "/dev/null"]
+                    return (job, try ChildProcess(tool, arguments, stdout: job.file + ".txt"))
+                }
+                for (job, child) in running {
+                    guard let status = await child.exit(timeout: .seconds(120)), status == 0 else {
+                        throw MissingPrerequisite(
+                            description: "pocketsphinx_continuous -infile \(job.file) failed or ran over 120 s")
+                    }
+                    let text = try String(contentsOfFile: job.file + ".txt", encoding: .utf8)
+                    errors[job.recording].append(
+                        wordErrors(reference: recordings[job.recording].reference, hypothesis: normalizedWords(text)))
+                }
+            }
+            return errors
         }
 
         @Test func killingPulseAudioFailsTheSessionAndKeepsFinals() async throws {
@@ -199,7 +239,7 @@ extension Integration {
             let bus = try PrivateBus(serviceDirectory: services, environment: environment)
             defer { bus.stop() }
             environment["DBUS_SESSION_BUS_ADDRESS"] = bus.address
-            let status = try run(try builtExecutable("sttctl"), ["status"], environment: environment, timeout: 30)
+            let status = try await run(try builtExecutable("sttctl"), ["status"], environment: environment, timeout: 30)
             #expect(status.status == 0, "\(status.stderr)")
             #expect(status.stdout.contains("State: idle"))
             // Stop the activated service through its bus name owner.

@@ -83,7 +83,7 @@ extension Integration {
             let playing = try sttd.pulse.startPlaying(file)
             let summary = try await DeepgramSDKClient.streaming(
                 url: address, wav: recordings[3].path, options: ["--trail-silence", "1.5"])
-            _ = playing.wait(timeout: 30)
+            _ = await playing.exit(timeout: .seconds(30))
             await recorder.wait(timeout: .seconds(15)) { signals in
                 signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
             }
@@ -148,7 +148,7 @@ extension Integration {
             let playing = try client.pulse.startPlaying(recordings[3].path)
             try await Task.sleep(for: .milliseconds(2_500))
             try await server.restartService(signal: SIGKILL)
-            _ = playing.wait(timeout: 30)
+            _ = await playing.exit(timeout: .seconds(30))
             await recorder.wait(timeout: .seconds(20)) { signals in
                 signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
             }

@@ -40,7 +40,7 @@ extension Integration {
                 $0.filter { $0.member == "TranscriptChanged" }.count >= updates
             }
             sttd.sttd.signal(SIGKILL)
-            sttd.sttd.wait(timeout: 10)
+            _ = await sttd.sttd.exit(timeout: .seconds(10))
             let signalled = signalledFinals(recorder).joined(separator: " ")
 
             try await sttd.restartService()
@@ -207,7 +207,7 @@ extension Integration {
             try await sttd.call("StartTranscribing", [.vardict([])])
             try sttd.pulse.play(try LibriVox.recordings()[4].path)
             sttd.sttd.signal(SIGTERM)
-            #expect(sttd.sttd.wait(timeout: 15) == 0)
+            #expect(await sttd.sttd.exit(timeout: .seconds(15)) == 0)
             #expect(listener.messages.contains("STOPPING=1"))
             // The session stopped as a Stop would: its words are in history, the session ended.
             let store = try #require(try HistoryStore(readingAt: sttd.historyPath))

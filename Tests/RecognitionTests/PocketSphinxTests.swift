@@ -99,7 +99,7 @@ struct PocketSphinxTests {
         // segments and decodes exactly as the reference tool does on the file.
         for recording in try LibriVox.recordings() {
             let (results, transcript) = try await transcribe(try wavSamples(recording.path), with: recognizer)
-            let expected = try run(reference, ["-infile", recording.path, "-logfn", "/dev/null"])
+            let expected = try await run(reference, ["-infile", recording.path, "-logfn", "/dev/null"])
             #expect(normalizedWords(transcript.finalText) == normalizedWords(expected.stdout), "\(recording.id)")
             let firstFinal = try #require(results.firstIndex { $0.isFinal })
             #expect(results[..<firstFinal].contains { !$0.isFinal }, "interim results come before the first final")

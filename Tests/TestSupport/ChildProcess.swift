@@ -59,6 +59,18 @@ public final class ChildProcess: @unchecked Sendable {
         return exitStatus
     }
 
+    /// Waits for the child to end without holding a thread of the shared pool (a test blocking
+    /// both of a 2-core machine's pool threads stalls every other test's tasks and timers);
+    /// nil if it is still running after `timeout`.
+    public func exit(timeout: Duration = .seconds(30)) async -> Int32? {
+        let deadline = ContinuousClock.now + timeout
+        while ContinuousClock.now < deadline {
+            if let status = exitStatus { return status }
+            try? await Task.sleep(for: .milliseconds(5))
+        }
+        return exitStatus
+    }
+
     /// SIGTERM, then SIGKILL if it has not ended within `grace`.
     public func stop(grace: TimeInterval = 5) {
         signal(SIGTERM)

@@ -65,17 +65,50 @@ public func run(
     _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
     timeout: TimeInterval = 60
 ) throws -> CommandResult {
-    let directory = try makeTemporaryDirectory("sttd-run")
-    defer { try? FileManager.default.removeItem(atPath: directory) }
-    let child = try ChildProcess(
-        executable, arguments, environment: environment, stdout: "\(directory)/out", stderr: "\(directory)/err")
-    guard let status = child.wait(timeout: timeout) else {
-        child.stop(grace: 1)
-        throw MissingPrerequisite(
-            description: "\(executable) \(arguments.joined(separator: " ")) did not finish in \(timeout) s")
+    let command = try StartedCommand(executable, arguments, environment: environment)
+    return try command.result(command.child.wait(timeout: timeout), timeout: timeout)
+}
+
+/// Runs a command and waits for it without holding a thread, with a time limit.
+@discardableResult
+public func run(
+    _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
+    timeout: TimeInterval = 60
+) async throws -> CommandResult {
+    let command = try StartedCommand(executable, arguments, environment: environment)
+    return try command.result(await command.child.exit(timeout: .seconds(timeout)), timeout: timeout)
+}
+
+/// A command whose output goes to a temporary directory, removed once the result is read.
+private struct StartedCommand {
+    let child: ChildProcess
+    let description: String
+    let directory: String
+
+    init(_ executable: String, _ arguments: [String], environment: [String: String]?) throws {
+        directory = try makeTemporaryDirectory("sttd-run")
+        description = ([executable] + arguments).joined(separator: " ")
+        do {
+            child = try ChildProcess(
+                executable, arguments, environment: environment, stdout: "\(directory)/out",
+                stderr: "\(directory)/err")
+        } catch {
+            try? FileManager.default.removeItem(atPath: directory)
+            throw error
+        }
     }
-    func read(_ name: String) -> String { (try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8)) ?? "" }
-    return CommandResult(status: status, stdout: read("out"), stderr: read("err"))
+
+    func result(_ status: Int32?, timeout: TimeInterval) throws -> CommandResult {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        guard let status else {
+            child.stop(grace: 1)
+            throw MissingPrerequisite(description: "\(description) did not finish in \(timeout) s")
+        }
+        func read(_ name: String) -> String {
+            (try? String(contentsOfFile: "\(directory)/\(name)", encoding: .utf8)) ?? ""
+        }
+        return CommandResult(status: status, stdout: read("out"), stderr: read("err"))
+    }
 }
 
 /// A private `dbus-daemon` for one test suite.

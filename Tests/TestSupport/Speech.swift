@@ -28,6 +28,11 @@ public func normalizedWords(_ text: String) -> [String] {
 /// Word error rate in percent: word-level Levenshtein distance over the reference length.
 public func wordErrorRate(reference: [String], hypothesis: [String]) -> Double {
     guard !reference.isEmpty else { return hypothesis.isEmpty ? 0 : 100 }
+    return Double(wordErrors(reference: reference, hypothesis: hypothesis)) * 100 / Double(reference.count)
+}
+
+/// Word errors: the word-level Levenshtein distance (substitutions, insertions, deletions).
+public func wordErrors(reference: [String], hypothesis: [String]) -> Int {
     var previous = Array(0...hypothesis.count)
     for (i, referenceWord) in reference.enumerated() {
         var current = [i + 1] + Array(repeating: 0, count: hypothesis.count)
@@ -37,7 +42,7 @@ public func wordErrorRate(reference: [String], hypothesis: [String]) -> Double {
         }
         previous = current
     }
-    return Double(previous[hypothesis.count]) * 100 / Double(reference.count)
+    return previous[hypothesis.count]
 }
 
 /// Reads a 16 kHz mono WAV's samples (after the 44-byte header, as pocketsphinx_continuous does).

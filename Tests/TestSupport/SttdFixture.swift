@@ -68,7 +68,7 @@ public final class SttdFixture: @unchecked Sendable {
     /// Kills and starts sttd again (same bus, same files).
     public func restartService(signal: Int32 = SIGKILL) async throws {
         sttd.signal(signal)
-        sttd.wait(timeout: 10)
+        _ = await sttd.exit(timeout: .seconds(10))
         sttd = try ChildProcess(try builtExecutable("sttd"), [], environment: environment, stderr: "\(home)/sttd.log")
         try await waitForService()
     }
