@@ -146,7 +146,10 @@ final class SessionRun: Sendable {
             guard await reopen(tap: tap) else {
                 recognition.finish()
                 // Closed while waiting is a normal stop; otherwise the server stayed away.
-                return links.withLock { $0.closing } || Task.isCancelled ? nil : error
+                if links.withLock({ $0.closing }) || Task.isCancelled { return nil }
+                logger.warning(
+                    "the microphone did not come back; the session ends", metadata: ["waited": "\(reconnectLimit)"])
+                return error
             }
             await core.microphoneLink(down: false, from: self)
         }
@@ -163,8 +166,13 @@ final class SessionRun: Sendable {
                 return false
             }
             if links.withLock({ $0.closing }) { return false }
-            guard let capture = try? await microphone.open(source: source, mediaName: mediaName, deliver: tap.deliver)
-            else { continue }
+            let capture: any MicrophoneStream
+            do {
+                capture = try await microphone.open(source: source, mediaName: mediaName, deliver: tap.deliver)
+            } catch {
+                logger.debug("microphone still unavailable", metadata: ["reason": "\(error.message)"])
+                continue
+            }
             let kept = links.withLock { links in
                 guard !links.closing, !Task.isCancelled else { return false }
                 links.capture = capture

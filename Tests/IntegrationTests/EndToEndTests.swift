@@ -124,7 +124,9 @@ extension Integration {
 
             sttd.pulse.kill()
             let failed = await recorder.wait { signals in signals.contains { $0.member == "SessionFailed" } }
-            #expect(failed)
+            // Failed once in a loaded local run (the session neither failed nor stopped for 45 s;
+            // not reproduced since): the service's log says where it stood.
+            #expect(failed, "no SessionFailed 20 s after PulseAudio was killed; sttd's log:\n\(sttd.log)")
             let failure = recorder.signals(named: "SessionFailed").first?.arguments
             #expect(failure?.first == .string(SpeechAPI.errorName("MicrophoneUnavailable")))
             #expect(try await sttd.property("State") == .string("idle"))
