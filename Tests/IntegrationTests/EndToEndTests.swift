@@ -92,18 +92,22 @@ extension Integration {
             var errors = [[Int]](repeating: [], count: recordings.count)
             // Two decodes at a time (the CI machine's cores): each takes seconds of CPU.
             for batch in stride(from: 0, to: jobs.count, by: 2) {
-                let running = try jobs[batch..<min(batch + 2, jobs.count)].map { job in
-                    let arguments = ["-infile", job.file, "-logfn", "/dev/null"]
-                    return (job, try ChildProcess(tool, arguments, stdout: job.file + ".txt"))
-                }
-                for (job, child) in running {
-                    guard let status = await child.exit(timeout: .seconds(120)), status == 0 else {
-                        throw MissingPrerequisite(
-                            description: "pocketsphinx_continuous -infile \(job.file) failed or ran over 120 s")
+                try await withThrowingTaskGroup(of: (recording: Int, text: String).self) { group in
+                    for job in jobs[batch..<min(batch + 2, jobs.count)] {
+                        group.addTask {
+                            let arguments = ["-infile", job.file, "-logfn", "/dev/null"]
+                            let result = try await run(tool, arguments, timeout: 120)
+                            guard result.status == 0 else {
+                                throw MissingPrerequisite(
+                                    description: "pocketsphinx_continuous -infile \(job.file) failed: \(result.stderr)")
+                            }
+                            return (job.recording, result.stdout)
+                        }
                     }
-                    let text = try String(contentsOfFile: job.file + ".txt", encoding: .utf8)
-                    errors[job.recording].append(
-                        wordErrors(reference: recordings[job.recording].reference, hypothesis: normalizedWords(text)))
+                    for try await (recording, text) in group {
+                        errors[recording].append(
+                            wordErrors(reference: recordings[recording].reference, hypothesis: normalizedWords(text)))
+                    }
                 }
             }
             return errors
