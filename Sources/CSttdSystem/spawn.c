@@ -144,6 +144,11 @@ int sttd_set_receive_timeout(int fd, int timeout_ms) {
     return setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof timeout);
 }
 
+int sttd_set_send_timeout(int fd, int timeout_ms) {
+    struct timeval timeout = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
+    return setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof timeout);
+}
+
 int sttd_send_all(int fd, const void *bytes, size_t count) {
     const char *at = bytes;
     while (count > 0) {

@@ -231,7 +231,7 @@ final class Decoder {
     func startUtterance() { ps_start_utt(raw) }
     func endUtterance() { ps_end_utt(raw) }
 
-    func process(_ samples: [Int16]) {
+    func process(_ samples: ArraySlice<Int16>) {
         samples.withUnsafeBufferPointer { buffer in
             _ = ps_process_raw(raw, buffer.baseAddress, buffer.count, 0, 0)
         }
@@ -426,6 +426,10 @@ private final class DecoderWorker {
     var lastInterim = ""
     // An interim hypothesis every 250 ms of speech: ps_get_hyp walks the lattice, so not per chunk.
     let interimInterval = AudioFormat.sampleRate / 4
+    /// What `pocketsphinx_continuous -infile` reads at a time (128 ms).
+    static let blockSize = 2048
+    /// Received samples short of a whole block.
+    var pending: [Int16] = []
 
     init(queue: JobQueue<DecoderThread.Job>) { self.queue = queue }
 
@@ -462,7 +466,7 @@ private final class DecoderWorker {
                 lastInterim = ""
             case .audio(let session, let chunk):
                 guard session === current, let decoder else { continue }
-                process(chunk, decoder, session)
+                receive(chunk, decoder, session)
             case .finish(let session):
                 guard session === current else {
                     // Already ended (its begin failed, or a later begin ended it): complete() keeps that.
@@ -484,14 +488,34 @@ private final class DecoderWorker {
         }
     }
 
+    /// Decodes audio in blocks of ``blockSize`` samples, as the reference tool reads its file:
+    /// speech is detected once per block, so the same samples give the same utterances and words
+    /// however the microphone cut them into chunks.
+    private func receive(_ chunk: AudioChunk, _ decoder: Decoder, _ session: LocalSession) {
+        pending.append(contentsOf: chunk.samples)
+        var start = 0
+        while pending.count - start >= Self.blockSize {
+            process(pending[start..<start + Self.blockSize], decoder, session)
+            start += Self.blockSize
+        }
+        pending.removeFirst(start)
+    }
+
+    /// Decodes what is left of the last block, as the reference tool does at the end of its file.
+    private func flushPending(_ decoder: Decoder, _ session: LocalSession) {
+        guard !pending.isEmpty else { return }
+        process(pending[...], decoder, session)
+        pending.removeAll(keepingCapacity: true)
+    }
+
     // Segmentation as `pocketsphinx_continuous -infile` does it, so results match the reference tool.
-    private func process(_ chunk: AudioChunk, _ decoder: Decoder, _ session: LocalSession) {
-        decoder.process(chunk.samples)
-        samplesProcessed += chunk.samples.count
+    private func process(_ samples: ArraySlice<Int16>, _ decoder: Decoder, _ session: LocalSession) {
+        decoder.process(samples)
+        samplesProcessed += samples.count
         let inSpeech = decoder.inSpeech
         if inSpeech && !utteranceStarted {
             utteranceStarted = true
-            utteranceStart = samplesProcessed - chunk.samples.count
+            utteranceStart = samplesProcessed - samples.count
             samplesSinceHypothesis = 0
             session.events.deliver(.speechActivity(true))
         }
@@ -506,7 +530,7 @@ private final class DecoderWorker {
             return
         }
         guard utteranceStarted, session.interimResults else { return }
-        samplesSinceHypothesis += chunk.samples.count
+        samplesSinceHypothesis += samples.count
         if samplesSinceHypothesis >= interimInterval {
             samplesSinceHypothesis = 0
             let text = decoder.hypothesis
@@ -520,6 +544,7 @@ private final class DecoderWorker {
     /// Ends the utterance in progress (if any) with a final marked `fromFinalize`, empty when
     /// nothing was pending, and starts listening again.
     private func finalize(_ decoder: Decoder, _ session: LocalSession) {
+        flushPending(decoder, session)
         decoder.endUtterance()
         var result = finalResult(utteranceStarted ? decoder.hypothesis : "", fromFinalize: true)
         if !utteranceStarted { result.audioStart = result.audioEnd }
@@ -540,6 +565,8 @@ private final class DecoderWorker {
     /// Ends the current session: the last final only when finishing (a stop drops the pending
     /// interim), then `run()` returns or throws.
     private func end(_ session: LocalSession, lastFinal: Bool, error: RecognitionError? = nil) {
+        if lastFinal, let decoder { flushPending(decoder, session) }
+        pending.removeAll(keepingCapacity: true)
         decoder?.endUtterance()
         if lastFinal, utteranceStarted, let text = decoder?.hypothesis, !text.isEmpty {
             session.events.deliver(.result(finalResult(text)))

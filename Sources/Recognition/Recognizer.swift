@@ -3,7 +3,11 @@ import NIOCore
 
 /// One result from a recognizer: an interim guess or a final that never changes.
 public struct RecognitionResult: Sendable, Equatable {
-    public var text: String
+    /// The words, always ``RecognitionText/sanitized(_:)``: every engine's text (and the local
+    /// server's) enters sttd through here.
+    public var text: String {
+        didSet { text = RecognitionText.sanitized(text) }
+    }
     public var isFinal: Bool
     /// Where the result's audio starts and ends, in seconds from the session's start, if known.
     public var audioStart: Double?
@@ -14,11 +18,40 @@ public struct RecognitionResult: Sendable, Equatable {
     public init(
         text: String, isFinal: Bool, audioStart: Double? = nil, audioEnd: Double? = nil, fromFinalize: Bool = false
     ) {
-        self.text = text
+        self.text = RecognitionText.sanitized(text)
         self.isFinal = isFinal
         self.audioStart = audioStart
         self.audioEnd = audioEnd
         self.fromFinalize = fromFinalize
+    }
+}
+
+/// Text a recognizer may not pass on.
+public enum RecognitionText {
+    /// `text` without what a D-Bus string, a terminal or a log must not get from a recognizer:
+    /// control characters (C0, DEL, C1: NUL breaks D-Bus marshalling, ESC drives terminals;
+    /// line breaks and tabs become spaces), bidirectional overrides and isolates (they reorder
+    /// what a reader sees), and Unicode noncharacters.
+    public static func sanitized(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isRefused) else { return text }
+        var kept = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if !isRefused(scalar) {
+                kept.append(scalar)
+            } else if scalar.properties.isWhitespace {
+                kept.append(" ")
+            }
+        }
+        return String(kept)
+    }
+
+    private static func isRefused(_ scalar: Unicode.Scalar) -> Bool {
+        switch scalar.value {
+        case 0x20...0x7E: return false  // the common case first
+        case 0x00...0x1F, 0x7F...0x9F: return true
+        case 0x202A...0x202E, 0x2066...0x2069: return true
+        default: return scalar.properties.isNoncharacterCodePoint
+        }
     }
 }
 

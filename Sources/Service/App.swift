@@ -405,25 +405,26 @@ struct NotifierService: Service {
 public enum ModelCheck {
     public static let flag = "--check-model"
 
-    /// Runs `sttd --check-model DIR` and reports whether it loaded the model.
+    /// Runs `sttd --check-model DIR` and reports whether it loaded the model within a minute.
+    /// The child is polled from the calling task (a check takes about a second), so no thread
+    /// sits in `waitpid`.
     @Sendable public static func inChildProcess(_ directory: String) async -> Bool {
-        await withCheckedContinuation { continuation in
-            // waitpid blocks, so it gets a thread of its own rather than a pool thread.
-            let thread = Thread { continuation.resume(returning: runChild(arguments: [flag, directory])) }
-            thread.name = "model-check"
-            thread.start()
-        }
-    }
-
-    private static func runChild(arguments: [String]) -> Bool {
-        let argv = (["sttd"] + arguments).map { strdup($0) } + [nil]
+        let argv = [String](["sttd", flag, directory]).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         var pid: pid_t = 0
-        guard sttd_spawn(&pid, "/proc/self/exe", argv, environ, "/dev/null", "/dev/null", "/dev/null") == 0 else {
-            return false
+        let spawned = ChildEnvironment.withEnvp(ChildEnvironment.current) { envp in
+            sttd_spawn(&pid, "/proc/self/exe", argv, envp, "/dev/null", "/dev/null", "/dev/null")
         }
+        guard spawned == 0 else { return false }
         var status: Int32 = 0
-        while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+        let deadline = ContinuousClock.now + .seconds(60)
+        while sttd_wait_child(pid, 0, &status) == 0 {
+            guard ContinuousClock.now < deadline, (try? await eventLoopSleep(for: .milliseconds(20))) != nil else {
+                kill(pid, SIGKILL)
+                _ = sttd_wait_child(pid, 1_000, &status)
+                return false
+            }
+        }
         // Exited normally (no signal) with status 0.
         return status & 0x7f == 0 && (status >> 8) & 0xff == 0
     }

@@ -1,5 +1,6 @@
 import Logging
 import Output
+import Recognition
 import Speech
 import Synchronization
 
@@ -13,7 +14,7 @@ struct DesktopDictationOutput: DictationOutput {
 
     init(configuration: Configuration, environment: [String: String], logger: Logger) {
         // The tools get the session's variables, not sttd's secrets.
-        self.environment = environment.filter { $0.key != "STTD_API_KEY" && $0.key != "CREDENTIALS_DIRECTORY" }
+        self.environment = ChildEnvironment.filtered(environment)
         typingTool = TypingTool(rawValue: configuration.outputTool.rawValue)
         paste = configuration.paste
         self.logger = logger

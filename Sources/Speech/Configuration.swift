@@ -80,6 +80,7 @@ public struct Configuration: Sendable, Equatable {
     public var local = Local()
     public var deepgram = Deepgram()
     public var server = Server()
+    public var debug = Debug()
 
     /// The `[local]` table.
     public struct Local: Sendable, Equatable {
@@ -114,6 +115,13 @@ public struct Configuration: Sendable, Equatable {
         public var reconnectAttempts = 8
         /// Total time spent reconnecting before the session fails.
         public var reconnectTimeoutMilliseconds: UInt32 = 30_000
+    }
+
+    /// The `[debug]` table: what helps a bug report or an accuracy check.
+    public struct Debug: Sendable, Equatable {
+        /// Each session's captured audio, exactly as the recognizer got it, is kept here as a
+        /// WAV file (16 kHz mono); empty: none is kept.
+        public var audioDirectory = ""
     }
 
     /// The `[server]` table: the local Deepgram-compatible `/v1/listen` server.
@@ -257,6 +265,16 @@ public struct Configuration: Sendable, Equatable {
             server.maxStreams = try serverReader.count("max_streams", default: server.maxStreams, range: 1...64)
             try serverReader.refuseUnknownKeys()
             try Self.checkServer(server)
+        }
+        if let debugTable = try reader.table("debug") {
+            var debugReader = TableReader(table: debugTable, prefix: "debug.")
+            debug.audioDirectory = try debugReader.string("audio_dir", default: debug.audioDirectory)
+            try debugReader.refuseUnknownKeys()
+            guard debug.audioDirectory.isEmpty || debug.audioDirectory.hasPrefix("/") else {
+                throw ConfigurationError(
+                    "debug.audio_dir = \"\(debug.audioDirectory)\" is not an absolute path; name a folder like \"/home/you/sttd-audio\", or leave it empty."
+                )
+            }
         }
         try reader.refuseUnknownKeys()
     }

@@ -22,7 +22,7 @@ public struct SessionMachine<Options: Sendable & Equatable>: Sendable {
         case opened
         /// The session could not start.
         case openFailed(SpeechError)
-        /// The session ended after a stop or cancel.
+        /// The session ended without an error: after a stop or cancel, or by itself.
         case closed
         /// The session ended on its own because of an error.
         case failed(SpeechError)
@@ -122,6 +122,10 @@ public struct SessionMachine<Options: Sendable & Equatable>: Sendable {
             return beginStop(.cancel(id), flush: false)
         case (.listening, .failed(let error)), (.reconnecting, .failed(let error)):
             return [.recordFailure(error, signal: true)] + finishStopping()
+        case (.listening, .closed), (.reconnecting, .closed):
+            // Nobody asked for the end (e.g. an engine that ended its session by itself): the
+            // session is over all the same, and the user hears why.
+            return [.recordFailure(.endedByRecognizer, signal: true)] + finishStopping()
 
         // Stopping: stops and cancels join; starts queue for afterwards.
         case (.stopping, .start(let id, let options)):

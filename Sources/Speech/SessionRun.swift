@@ -26,6 +26,8 @@ final class SessionRun: Sendable {
     private let microphone: any Microphone
     private let core: SpeechCore
     private let reconnectLimit: Duration
+    /// Where the captured audio is kept (config `[debug] audio_dir`), or nil.
+    private let audioDirectory: String?
     private let logger: Logger
 
     private struct Links {
@@ -43,8 +45,9 @@ final class SessionRun: Sendable {
     init(
         token: Int, backend: Backend, source: String?, options: SessionOptions, recognizer: any Recognizer,
         microphone: any Microphone, core: SpeechCore, reconnectLimit: Duration, logger: Logger,
-        mediaName: String = PulseAudio.defaultMediaName
+        mediaName: String = PulseAudio.defaultMediaName, audioDirectory: String? = nil
     ) {
+        self.audioDirectory = audioDirectory
         self.mediaName = mediaName
         self.token = token
         self.backend = backend
@@ -80,7 +83,9 @@ final class SessionRun: Sendable {
         } catch {
             return await core.openFailed(self, .recognizer(error))
         }
-        let tap = AudioTap(recognition: recognition, inbox: inbox)
+        let recording = startRecording()
+        defer { recording?.close() }
+        let tap = AudioTap(recognition: recognition, inbox: inbox, recording: recording)
         let capture: any MicrophoneStream
         do {
             capture = try await microphone.open(source: source, mediaName: mediaName, deliver: tap.deliver)
@@ -118,6 +123,19 @@ final class SessionRun: Sendable {
             }
         }
         await core.ended(self, captureError: captureError, recognitionError: recognitionError)
+    }
+
+    /// The file the session's audio is kept in, if `[debug] audio_dir` asks for one.
+    private func startRecording() -> AudioRecording? {
+        guard let audioDirectory else { return nil }
+        do {
+            let recording = try AudioRecording(directory: audioDirectory, name: "\(token)")
+            logger.info("keeping the session's audio", metadata: ["file": "\(recording.path)"])
+            return recording
+        } catch {
+            logger.warning("the session's audio is not kept", metadata: ["reason": "\(error.message)"])
+            return nil
+        }
     }
 
     private enum Outcome: Sendable {
@@ -264,19 +282,22 @@ final class LevelGate: Sendable {
 }
 
 /// Where captured audio goes, on the capture thread: to the recognizer (which never blocks), the
-/// level meter and the voice detector. Nothing here waits.
+/// level meter, the voice detector and the debug recording. Nothing here waits.
 final class AudioTap: Sendable {
     private let recognition: any RecognitionSession
     private let inbox: CoreInbox
+    private let recording: AudioRecording?
     private let meter = Mutex(LevelMeter())
     private let voice = Mutex(VoiceDetector())
 
-    init(recognition: any RecognitionSession, inbox: CoreInbox) {
+    init(recognition: any RecognitionSession, inbox: CoreInbox, recording: AudioRecording?) {
         self.recognition = recognition
         self.inbox = inbox
+        self.recording = recording
     }
 
     @Sendable func deliver(_ chunk: AudioChunk) {
+        recording?.append(chunk)
         recognition.send(chunk)
         if let level = meter.withLock({ $0.add(chunk) }) { inbox.deliverLevel(level) }
         if let change = voice.withLock({ $0.add(chunk) }) { inbox.deliverVoice(change) }

@@ -11,8 +11,6 @@ private struct ActiveSession {
     let run: SessionRun
     /// Cancelled: the pending interim was dropped and a recognizer error is expected, not a failure.
     var cancelled = false
-    /// The stop timed out: late results are ignored.
-    var ignoresResults = false
     /// Why the core itself ended the session, if it did.
     var failure: SpeechError?
     /// Trailing silence that stops the session by itself (nil: auto-stop is off).
@@ -387,7 +385,8 @@ public actor SpeechCore {
             recognizer: recognizers[backend], microphone: microphone, core: self,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger,
             mediaName: client.privateDestination == nil
-                ? PulseAudio.defaultMediaName : "\(PulseAudio.defaultMediaName) for \(client.name)")
+                ? PulseAudio.defaultMediaName : "\(PulseAudio.defaultMediaName) for \(client.name)",
+            audioDirectory: configuration.debug.audioDirectory.isEmpty ? nil : configuration.debug.audioDirectory)
         let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
         session = ActiveSession(
             run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil)
@@ -406,18 +405,19 @@ public actor SpeechCore {
     }
 
     /// The flush took too long: the pending interim becomes a final (it is the best text there
-    /// is), later results are ignored, and the session ends now.
+    /// is) and the session ends now, without waiting for the engine to end it: a wedged engine
+    /// cannot hold the reply. The run is cancelled and goes on as a child of ``run()`` until its
+    /// engine lets go; nothing it reports counts any more.
     private func stopTimedOut(token: Int) {
-        guard let run = session?.run, run.token == token else { return }
+        guard let ending = session, ending.run.token == token else { return }
         logger.warning(
             "stop timed out; the pending interim becomes the last final",
             metadata: [
                 "stop_timeout_ms": "\(configuration.stopTimeoutMilliseconds)",
                 "promoted": "\(!transcript.interim.isEmpty)",
             ])
-        promoteInterim()
-        session?.ignoresResults = true
-        run.close(flush: false)
+        ending.run.close(flush: false)
+        conclude(ending, outcome: .closed)
     }
 
     // MARK: Reports from the running session
@@ -466,7 +466,6 @@ public actor SpeechCore {
         guard let session, session.run === run else { return }
         switch event {
         case .result(let result):
-            guard !session.ignoresResults else { return }
             apply(result)
         case .reconnecting(let down):
             recognizerDown = down
@@ -506,6 +505,23 @@ public actor SpeechCore {
 
     func ended(_ run: SessionRun, captureError: CaptureError?, recognitionError: RecognitionError?) {
         guard let ending = session, ending.run === run else { return }
+        let outcome: Machine.Event
+        if let failure = ending.failure {
+            outcome = .failed(failure)
+        } else if let captureError {
+            setMicrophone(Self.microphoneStatus(for: captureError))
+            outcome = .failed(SpeechError(captureError))
+        } else if let recognitionError, !ending.cancelled {
+            outcome = .failed(SpeechError(recognitionError))
+        } else {
+            outcome = .closed
+        }
+        conclude(ending, outcome: outcome)
+    }
+
+    /// Ends the core's side of a session: its text kept, history closed, desktop output done,
+    /// then the machine hears `outcome`.
+    private func conclude(_ ending: ActiveSession, outcome: Machine.Event) {
         stopTimer?.cancel()
         stopTimer = nil
         cancelAutoStop()
@@ -516,17 +532,6 @@ public actor SpeechCore {
         setSpeaking(false)
         endHistory()
         pruneHistoryDaily()
-        let outcome: Machine.Event
-        if let failure = ending.failure {
-            outcome = .failed(failure)
-        } else if let captureError {
-            setMicrophone(Self.microphoneStatus(for: captureError))
-            outcome = .failed(SpeechError(captureError))
-        } else if let recognitionError, !ending.ignoresResults, !ending.cancelled {
-            outcome = .failed(SpeechError(recognitionError))
-        } else {
-            outcome = .closed
-        }
         // The session is over once its text is on the desktop too: a Stop's reply comes after
         // the last final was typed or the transcript is on the clipboard.
         guard let output = activeOutput else { return handle(outcome) }

@@ -38,6 +38,11 @@ public struct SpeechError: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var description: String { "\(code.rawValue): \(message)" }
 
+    /// A session the recognizer ended although nobody stopped it.
+    public static let endedByRecognizer = backendUnavailable(
+        "The speech recognizer ended the session by itself (sttd's log says more); what was recognized is kept. Start dictation again to go on."
+    )
+
     public init(_ error: CaptureError) {
         self.init(.microphoneUnavailable, error.message)
     }

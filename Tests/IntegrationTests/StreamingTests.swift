@@ -40,6 +40,29 @@ extension Integration {
             #expect(sttd.log.contains("stream connected"), "the log is not empty: \(sttd.log.suffix(500))")
         }
 
+        /// Issue 26, defect 4: a server whose transcripts hold NUL, ESC and other control
+        /// characters breaks nothing: every signal and the reply go out, without them.
+        @Test func controlCharactersFromTheServerNeverReachTheBus() async throws {
+            var script = DeepgramTestServer.Script()
+            // JSON escapes: the server's transcripts decode to NUL, ESC and NEL.
+            script.vocabulary = [#"nul\u0000word"#, #"esc\u001b[2Jclear"#, #"nel\u0085line"#, "plain"]
+            let server = try await DeepgramTestServer(script: script)
+            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(reply.hasPrefix("nulword esc[2Jclear nel line plain nulword"), "\(reply)")
+            let finals = recorder.signals(named: "TranscriptChanged").filter { $0.arguments.last == .boolean(true) }
+            #expect(finals.count >= 3, "finals keep coming after the first: \(finals.count)")
+            let texts = recorder.signals(named: "TranscriptChanged").flatMap(\.arguments).compactMap(\.string) + [reply]
+            #expect(!texts.contains { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } })
+            #expect(try await sttd.property("LastError") == .string(""))
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            #expect(try await sttd.property("State") == .string("listening"))
+            _ = try await sttd.call("StopTranscribing")
+        }
+
         @Test func refusedKeyIsDeniedAndSaysSo() async throws {
             let server = try await DeepgramTestServer()
             let wrong = "not-the-right-key-42"

@@ -108,6 +108,8 @@ final class FakeRecognizer: Recognizer {
         var finalOnFinish: String?
         /// Sessions ignore finish() (a stuck flush).
         var finishHangs = false
+        /// Sessions ignore cancel() too (a wedged engine) until ``FakeSession/release()``.
+        var cancelHangs = false
     }
     private let state = Mutex(State())
 
@@ -126,6 +128,10 @@ final class FakeRecognizer: Recognizer {
         get { state.withLock { $0.finishHangs } }
         set { state.withLock { $0.finishHangs = newValue } }
     }
+    var cancelHangs: Bool {
+        get { state.withLock { $0.cancelHangs } }
+        set { state.withLock { $0.cancelHangs = newValue } }
+    }
 
     func authorize() async -> (RecognizerAuthorization, RecognitionError?) {
         if let startError { return (startError.authorization ?? .restricted, startError) }
@@ -138,7 +144,8 @@ final class FakeRecognizer: Recognizer {
         let session = try state.withLock { state throws(RecognitionError) -> FakeSession in
             if let error = state.startError { throw error }
             let session = FakeSession(
-                sink: events, options: options, finalOnFinish: state.finalOnFinish, finishHangs: state.finishHangs)
+                sink: events, options: options, finalOnFinish: state.finalOnFinish,
+                finishHangs: state.finishHangs || state.cancelHangs, cancelHangs: state.cancelHangs)
             state.sessions.append(session)
             return session
         }
@@ -152,12 +159,17 @@ final class FakeSession: RecognitionSession {
     private let sink: any RecognitionEventSink
     private let finalOnFinish: String?
     private let finishHangs: Bool
+    private let cancelHangs: Bool
     private let state = Mutex<
         (samples: Int, end: Result<Void, RecognitionError>?, waiter: CheckedContinuation<Void, any Error>?)
     >(
         (0, nil, nil))
 
-    init(sink: any RecognitionEventSink, options: SessionOptions, finalOnFinish: String?, finishHangs: Bool) {
+    init(
+        sink: any RecognitionEventSink, options: SessionOptions, finalOnFinish: String?, finishHangs: Bool,
+        cancelHangs: Bool = false
+    ) {
+        self.cancelHangs = cancelHangs
         self.sink = sink
         self.options = options
         self.finalOnFinish = finalOnFinish
@@ -175,6 +187,12 @@ final class FakeSession: RecognitionSession {
 
     /// Ends the session with an error, as a dropped server would.
     func fail(_ error: RecognitionError) { end(.failure(error)) }
+
+    /// Ends the session without an error although nobody asked (an engine that gave it up).
+    func endByItself() { end(.success(())) }
+
+    /// Lets a wedged session (``FakeRecognizer/cancelHangs``) end.
+    func release() { end(.success(())) }
 
     func run() async throws(RecognitionError) {
         let outcome: Result<Void, RecognitionError>? = await withTaskCancellationHandler {
@@ -212,7 +230,10 @@ final class FakeSession: RecognitionSession {
 
     func finalize() { emit(.result(RecognitionResult(text: "", isFinal: true, fromFinalize: true))) }
 
-    func cancel() { end(.success(())) }
+    func cancel() {
+        guard !cancelHangs else { return }
+        end(.success(()))
+    }
 
     private func end(_ outcome: Result<Void, RecognitionError>) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, any Error>? in

@@ -19,6 +19,21 @@ struct SessionMachineTests {
         #expect(machine.state == .idle)
     }
 
+    /// Issue 26, defect 1: an engine that ends a listening session by itself ends the core's
+    /// session too: idle, a failure, and later calls answered at once.
+    @Test func aSessionThatEndsByItselfWhileListeningIsOver() {
+        for reconnecting in [false, true] {
+            var machine = Machine()
+            _ = machine.handle(.start(1, "a"))
+            _ = machine.handle(.opened)
+            machine.setReconnecting(reconnecting)
+            #expect(machine.handle(.closed) == [.recordFailure(.endedByRecognizer, signal: true)])
+            #expect(machine.state == .idle)
+            #expect(machine.handle(.stop(2)) == [.reply(2, .stopped)])
+            #expect(machine.handle(.start(3, "b")) == [.open("b")])
+        }
+    }
+
     @Test func startAndStopAreIdempotent() {
         var machine = Machine()
         #expect(machine.handle(.stop(1)) == [.reply(1, .stopped)])

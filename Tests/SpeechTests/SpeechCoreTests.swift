@@ -2,8 +2,10 @@ import Capture
 import Foundation
 import History
 import Logging
+import NIOCore
 import Recognition
 import Speech
+import Synchronization
 import TestSupport
 import Testing
 
@@ -51,6 +53,17 @@ struct CoreHarness {
     func start(_ options: StartOptions = StartOptions()) async throws -> (FakeSession, FakeStream) {
         try await core.start(options)
         return (try #require(recognizer.current), try #require(microphone.current))
+    }
+
+    /// Stops and returns the transcript, or nil when no reply came within `limit` (a hang fails
+    /// the test instead of stalling the suite).
+    func stop(within limit: TimeAmount) async -> String? {
+        let waiter = Mutex<CheckedContinuation<String?, Never>?>(nil)
+        return await withCheckedContinuation { continuation in
+            waiter.withLock { $0 = continuation }
+            core.stop { text in waiter.withLock { $0.take() }?.resume(returning: text) }
+            core.loop.scheduleTask(in: limit) { waiter.withLock { $0.take() }?.resume(returning: nil) }
+        }
     }
 
     /// The newest history entry's text.
@@ -204,6 +217,57 @@ struct SpeechCoreTests {
             session.final("too late")
             #expect(await harness.core.currentTranscript == text, "results after the timeout are ignored")
             #expect(harness.log.failures.isEmpty, "a timeout is not a failure")
+        }
+    }
+
+    /// Issue 26, defect 2: a stop replies at the timeout even when the engine never lets go of
+    /// the session (neither the flush nor the cancel ends it), and the next session works.
+    @Test func aStopTimeoutRepliesAlthoughTheEngineNeverEnds() async throws {
+        let harness = try await CoreHarness { $0.stopTimeoutMilliseconds = 300 }
+        harness.recognizer.cancelHangs = true
+        try await harness.run {
+            let (wedged, _) = try await harness.start()
+            defer { wedged.release() }
+            wedged.final("said before")
+            wedged.interim("and pending")
+            await harness.log.wait {
+                $0.contains { if case .transcript(_, .some(let update)) = $0 { !update.isFinal } else { false } }
+            }
+            #expect(await harness.stop(within: .seconds(30)) == "said before and pending")
+            #expect(await harness.core.state == .idle)
+            #expect(harness.lastHistoryText == "said before and pending")
+            #expect(harness.microphone.openStreams == 0)
+            #expect(!wedged.hasEnded, "the engine still holds the first session")
+
+            harness.recognizer.cancelHangs = false
+            let (next, _) = try await harness.start()
+            next.final("next session")
+            await harness.log.wait {
+                $0.contains {
+                    if case .transcript(_, .some(let update)) = $0 { update.segment == "next session" } else { false }
+                }
+            }
+            wedged.final("too late")
+            #expect(await harness.core.stop() == "next session")
+            #expect(harness.log.failures.isEmpty, "a timeout is not a failure")
+        }
+    }
+
+    /// Issue 26, defect 1: a recognizer session that ends by itself (no stop, no error) ends the
+    /// core's session: idle, `SessionFailed`, the finals kept, the microphone closed.
+    @Test func aRecognizerSessionThatEndsByItselfEndsTheSession() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start()
+            session.final("kept")
+            session.endByItself()
+            #expect(await harness.log.waitForFailure())
+            #expect(harness.log.failures == [.endedByRecognizer])
+            #expect(await harness.core.state == .idle)
+            #expect(harness.microphone.openStreams == 0)
+            #expect(await harness.core.stop() == "kept")
+            _ = try await harness.start()
+            #expect(await harness.core.state == .listening)
         }
     }
 

@@ -26,6 +26,9 @@ int sttd_socketpair(int fds[2]);
 /// Makes a receive on `fd` fail after `timeout_ms` without data; 0, or -1 with errno set.
 int sttd_set_receive_timeout(int fd, int timeout_ms);
 
+/// Makes a send on `fd` fail after `timeout_ms` without room in the socket; 0, or -1 with errno set.
+int sttd_set_send_timeout(int fd, int timeout_ms);
+
 /// Sends all `count` bytes (no SIGPIPE when the peer is gone); 0, or -1 when the peer is gone.
 int sttd_send_all(int fd, const void *bytes, size_t count);
 

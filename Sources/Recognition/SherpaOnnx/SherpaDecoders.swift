@@ -73,6 +73,11 @@ final class SherpaDecoders: @unchecked Sendable {
         var retriedFinal = false
         /// A thread is running its end: nothing of it needs the model any more.
         var ending = false
+        /// Stopped (cancelled, or failed): a final the engine fails on is not decoded again.
+        var stopped = false
+        /// Since when, and on how much audio, a thread decodes for it (an interim, or other work).
+        var decoding: (since: ContinuousClock.Instant, samples: Int)?
+        var interimDecoding: (since: ContinuousClock.Instant, samples: Int)?
     }
 
     init(settings: SherpaSettings, shared: SherpaShared, logger: Logger) {
@@ -130,17 +135,42 @@ final class SherpaDecoders: @unchecked Sendable {
         return nil
     }
 
-    /// Drops the session's queued work and ends it next, after `last` (error nil: cancelled).
+    /// Drops the session's queued work and ends it next (error nil: cancelled).
+    ///
+    /// A cancelled session's decode that has run far longer than this machine's pace predicts
+    /// (the worker stopped or wedged: a stop timed out) is abandoned: the worker is killed, so
+    /// the decoder thread is free at once and the next work starts a new worker. Other sessions'
+    /// decodes on it are decoded again there.
     func stop(_ session: SherpaSession, error: RecognitionError?) {
         condition.lock()
         let key = ObjectIdentifier(session)
+        var abandoned: (any SherpaDecoding)?
         if var queue = queues[key] {
             queue.items = [Item(work: .end(error), sequence: nextSequence())]
             queue.weight = 0
+            queue.stopped = true
+            if error == nil, let engine, [queue.decoding, queue.interimDecoding].contains(where: overdue) {
+                abandoned = engine
+                self.engine = nil
+                shared.loaded.store(false, ordering: .relaxed)
+            }
             queues[key] = queue
             condition.broadcast()
         }
         condition.unlock()
+        if let abandoned {
+            logger.warning("a cancelled session's decode is overdue; restarting the offline engine")
+            abandoned.abandon()
+        }
+    }
+
+    /// Whether a decode has run more than four times as long as this machine's pace predicts
+    /// for its audio (and at least half a second).
+    private func overdue(_ decoding: (since: ContinuousClock.Instant, samples: Int)?) -> Bool {
+        guard let decoding else { return false }
+        let audio = Double(decoding.samples) / Double(AudioFormat.sampleRate)
+        let expected = (decodeCostPerAudioSecond ?? 0) * audio
+        return decoding.since.duration(to: .now) > .seconds(max(0.5, 4 * expected))
     }
 
     // MARK: - Queues (under the lock)
@@ -196,6 +226,10 @@ final class SherpaDecoders: @unchecked Sendable {
         }
         let item = queue.items.removeFirst()
         queue.weight -= item.work.weight
+        if item.work.weight > 0 {
+            let decoding = (since: ContinuousClock.now, samples: item.work.weight)
+            if best.interim { queue.interimDecoding = decoding } else { queue.decoding = decoding }
+        }
         if best.interim {
             queue.interimRunning = true
             queue.session.interims.withLock { $0.void = false }
@@ -242,8 +276,10 @@ final class SherpaDecoders: @unchecked Sendable {
                     lastEnded = .now
                 } else if case .interim = work {
                     queues[key]?.interimRunning = false
+                    queues[key]?.interimDecoding = nil
                 } else {
                     queues[key]?.busy = false
+                    queues[key]?.decoding = nil
                 }
                 condition.broadcast()
                 continue
@@ -355,14 +391,15 @@ final class SherpaDecoders: @unchecked Sendable {
         func retry(_ work: SherpaWork) {
             condition.lock()
             let key = ObjectIdentifier(session)
-            let again = queues[key].map { !$0.retriedFinal } ?? false
+            let queue = queues[key]
+            let again = queue.map { !$0.retriedFinal && !$0.stopped } ?? false
             if again {
                 queues[key]?.items.insert(Item(work: work, sequence: nextSequence()), at: 0)
                 queues[key]?.weight += work.weight
                 queues[key]?.retriedFinal = true
             }
             condition.unlock()
-            if !again {
+            if !again, queue?.stopped == false {
                 stop(
                     session,
                     error: RecognitionError(
@@ -373,7 +410,7 @@ final class SherpaDecoders: @unchecked Sendable {
         }
         switch work {
         case .event(let event):
-            session.interims.withLock { _ in session.events.deliver(event) }
+            session.interims.withLock { _ in session.deliverIfRunning(event) }
         case .resumed:
             session.speculative = nil
         case .interim(let utterance):
@@ -383,7 +420,7 @@ final class SherpaDecoders: @unchecked Sendable {
             session.interims.withLock { interims in
                 guard !interims.void, !text.isEmpty, text != interims.lastText else { return }
                 interims.lastText = text
-                session.events.deliver(.result(result(text, utterance, isFinal: false)))
+                session.deliverIfRunning(.result(result(text, utterance, isFinal: false)))
             }
         case .speculative(let utterance):
             guard let text = decode(utterance.samples) else { return }
@@ -400,7 +437,7 @@ final class SherpaDecoders: @unchecked Sendable {
             session.interims.withLock { interims in
                 interims.lastText = ""
                 guard !text.isEmpty || fromFinalize else { return }
-                session.events.deliver(.result(final))
+                session.deliverIfRunning(.result(final))
             }
         case .end(let error):
             // After an interim still decoding has delivered, or been voided (taking this did).

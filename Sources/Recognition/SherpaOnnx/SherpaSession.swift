@@ -155,6 +155,10 @@ final class SherpaSession: RecognitionSession {
         }
         // Also after finish(): queued decodes are dropped and the session ends next.
         if !hasEnded { decoders.stop(self, error: nil) }
+        // run() returns now, not after a decode in progress (onnxruntime cannot stop one, and a
+        // worker may have stopped answering). Under the results' lock: nothing goes out after.
+        let runners = interims.withLock { _ in takeRunners(ending: .success(())) }
+        for runner in runners { runner.resume(returning: .success(())) }
     }
 
     /// The pending utterance as work; a Finalize always gets its one (maybe empty) final.
@@ -215,16 +219,28 @@ final class SherpaSession: RecognitionSession {
             input.open = false
             setSpeaking(false, &input)
         }
-        let runners = outcome.withLock { state -> [Runner] in
+        let runners = takeRunners(ending: result)
+        for runner in runners { runner.resume(returning: result) }
+    }
+
+    /// Records the session's outcome if it has none yet; the callers of run() to resume with it.
+    private func takeRunners(ending result: Result<Void, RecognitionError>) -> [Runner] {
+        outcome.withLock { state -> [Runner] in
             guard state.ended == nil else { return [] }
             state.ended = result
             defer { state.runners = [] }
             return state.runners
         }
-        for runner in runners { runner.resume(returning: result) }
     }
 
     var hasEnded: Bool { outcome.withLock { $0.ended != nil } }
+
+    /// Delivers an event unless the session has ended (a cancel does not wait for the decode in
+    /// progress); call it under ``interims``' lock.
+    func deliverIfRunning(_ event: RecognitionEvent) {
+        guard !hasEnded else { return }
+        events.deliver(event)
+    }
 }
 
 /// One item of a session's work for the decoders, run in the order the session queued them.

@@ -6,9 +6,16 @@ import Synchronization
 protocol SherpaDecoding: AnyObject {
     /// The text of `samples` (16 kHz, -1…1), with the model's punctuation and capitals.
     func decode(_ samples: [Float]) throws(RecognitionError) -> String
+
+    /// Ends the decodes in progress, which nobody waits for any more, if the engine can: they
+    /// fail soon, and this engine is not used again.
+    func abandon()
 }
 
-extension SherpaEngine: SherpaDecoding {}
+extension SherpaEngine: SherpaDecoding {
+    /// onnxruntime cannot stop a decode in this process: it runs to its end.
+    func abandon() {}
+}
 
 /// The model loaded in a child process (`sttd --offline-engine-worker`), one socket per decoder
 /// thread.
@@ -31,7 +38,8 @@ final class SherpaWorkerProcess: SherpaDecoding {
 
     init(executable: String, model: SherpaModel, settings: SherpaSettings, channels: Int) throws(RecognitionError) {
         guard let libraryPath = settings.libraryPath else {
-            throw RecognitionError(.backendUnavailable, "The sherpa-onnx engine is not installed. \(SherpaInstall.installHint)")
+            throw RecognitionError(
+                .backendUnavailable, "The sherpa-onnx engine is not installed. \(SherpaInstall.installHint)")
         }
         var ours: [Int32] = []
         var theirs: [Int32] = []
@@ -41,10 +49,11 @@ final class SherpaWorkerProcess: SherpaDecoding {
                 (ours + theirs).forEach { close($0) }
                 throw Self.startFailure(errno)
             }
-            // A worker that stops answering (a wedged decode, or a load stuck on a dead disk)
-            // counts as gone, so no session waits on it forever; a 20 s utterance decodes in
-            // about 2 s here, a cold load takes about 1 s.
+            // A worker that stops answering or reading (a wedged decode, a load stuck on a dead
+            // disk, a stopped process) counts as gone, so no decoder thread waits on it forever;
+            // a 20 s utterance decodes in about 2 s here, a cold load takes about 1 s.
             _ = sttd_set_receive_timeout(pair[0], Self.replyTimeoutMilliseconds)
+            _ = sttd_set_send_timeout(pair[0], Self.replyTimeoutMilliseconds)
             ours.append(pair[0])
             theirs.append(pair[1])
         }
@@ -60,8 +69,10 @@ final class SherpaWorkerProcess: SherpaDecoding {
         // the journal); the sockets from descriptor 3 on.
         let map = [devNull, STDERR_FILENO, STDERR_FILENO] + theirs
         var pid: pid_t = 0
-        let status = map.withUnsafeBufferPointer {
-            sttd_spawn_mapped(&pid, executable, argv, environ, $0.baseAddress, Int32($0.count))
+        let status = ChildEnvironment.withEnvp(ChildEnvironment.current) { envp in
+            map.withUnsafeBufferPointer {
+                sttd_spawn_mapped(&pid, executable, argv, envp, $0.baseAddress, Int32($0.count))
+            }
         }
         // Only the worker holds its ends now: if it dies, our reads see the end of the stream.
         theirs.forEach { close($0) }
@@ -87,6 +98,14 @@ final class SherpaWorkerProcess: SherpaDecoding {
     }
 
     deinit { Self.shutDown(pid: pid, sockets: sockets) }
+
+    /// Kills the worker: a decode waiting on it sees its socket end at once, and the next work
+    /// starts a new worker.
+    func abandon() {
+        broken.store(true, ordering: .relaxed)
+        // Reaped only by deinit, so the pid is still this worker's (at worst a zombie).
+        kill(pid, SIGKILL)
+    }
 
     func decode(_ samples: [Float]) throws(RecognitionError) -> String {
         guard samples.count >= 1_600 else { return "" }
