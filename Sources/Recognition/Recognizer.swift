@@ -156,4 +156,12 @@ public protocol RecognitionSession: Sendable {
 
     /// Stop at once: ``run()`` returns soon and pending interim text is dropped.
     func cancel()
+
+    /// A stop timed out: as ``cancel()``, and work the engine cannot stop otherwise is given up
+    /// by force (a worker process that does not answer is killed and restarted).
+    func abandon()
+}
+
+extension RecognitionSession {
+    public func abandon() { cancel() }
 }

@@ -75,6 +75,17 @@ final class SessionRun: Sendable {
         }
     }
 
+    /// A stop timed out: ends everything now, and the recognizer gives up work in progress.
+    func abandon() {
+        let (capture, recognition) = links.withLock { links in
+            links.closing = true
+            links.cancelled = true
+            return (links.capture, links.recognition)
+        }
+        recognition?.abandon()
+        capture?.cancel()
+    }
+
     func run() async {
         let inbox = CoreInbox(core: core, run: self)
         let recognition: any RecognitionSession
@@ -122,6 +133,8 @@ final class SessionRun: Sendable {
                 }
             }
         }
+        // Complete on disk before anyone hears that the session ended.
+        recording?.close()
         await core.ended(self, captureError: captureError, recognitionError: recognitionError)
     }
 

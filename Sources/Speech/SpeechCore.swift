@@ -416,7 +416,7 @@ public actor SpeechCore {
                 "stop_timeout_ms": "\(configuration.stopTimeoutMilliseconds)",
                 "promoted": "\(!transcript.interim.isEmpty)",
             ])
-        ending.run.close(flush: false)
+        ending.run.abandon()
         conclude(ending, outcome: .closed)
     }
 

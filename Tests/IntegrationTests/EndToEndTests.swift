@@ -7,27 +7,35 @@ import Testing
 extension Integration {
     @Suite("Dictating recorded speech through PulseAudio", .serialized)
     struct DictationTests {
-        /// Every LibriVox file through the virtual microphone; the word errors are compared with
-        /// `pocketsphinx_continuous -infile` on the same file.
-        @Test func transcribesEveryLibriVoxFileLikeTheReferenceTool() async throws {
+        /// Every LibriVox file through the virtual microphone: sttd's transcript is word for word
+        /// what `pocketsphinx_continuous -infile` makes of the very samples sttd captured (kept
+        /// by `[debug] audio_dir`).
+        ///
+        /// Not of the file itself: the null sink's monitor starts a new stream at a varying point
+        /// in the first ~100 ms, and pocketsphinx's words depend on where the speech falls in its
+        /// 10 ms frames (on these clips 24–30 errors of 71 words, by offset). Held to the capture,
+        /// the assertion holds whatever offset the microphone gives.
+        @Test func transcribesEveryLibriVoxFileExactlyAsTheReferenceToolDoesOnTheCapturedAudio() async throws {
             let reference = try requireTool("pocketsphinx_continuous", package: "pocketsphinx")
             let recordings = try LibriVox.recordings()
-            let expected = try await referenceErrors(reference, recordings)
-            let sttd = try await SttdFixture(config: "[local]\nengine = \"pocketsphinx\"\n")
-            var ourTotal = 0
-            var report: [String] = []
-            for (recording, theirs) in zip(recordings, expected) {
+            let audio = try makeTemporaryDirectory("sttd-captured")
+            defer { try? FileManager.default.removeItem(atPath: audio) }
+            let sttd = try await SttdFixture(
+                config: "[local]\nengine = \"pocketsphinx\"\n[debug]\naudio_dir = \"\(audio)\"\n")
+            var ourErrors = 0
+            var words = 0
+            for recording in recordings {
+                let kept = Set(try FileManager.default.contentsOfDirectory(atPath: audio))
                 let recorder = try await sttd.record()
                 try await sttd.call("StartTranscribing", [.vardict([])])
                 // The null sink's monitor misses the first ~100 ms of a stream that starts while it
                 // runs: half a second of silence first, as before a person speaks.
                 let file = "\(sttd.home)/\(recording.id).wav"
-                try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recording.path), to: file)
+                let clip = try wavSamples(recording.path)
+                try writeWAV([Int16](repeating: 0, count: 8_000) + clip, to: file)
                 try sttd.pulse.play(file)
-                // Trailing silence lets the endpointer close the last utterance, as it would for a
-                // person; stopping before that would flush it a little earlier or later each run.
-                // Only an end of speech after the file has played counts: the engine runs behind
-                // the audio, and an earlier pause's end would stop before the last words arrive.
+                // Stop after the pause that ends the last utterance, as a person would (a stop
+                // before it is just as exact, but flushes the last words a little differently).
                 let played = recorder.signals.count
                 await recorder.wait(timeout: .seconds(3)) { signals in
                     signals.dropFirst(played).contains {
@@ -36,17 +44,20 @@ extension Integration {
                 }
                 let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
 
-                let ours = wordErrors(reference: recording.reference, hypothesis: normalizedWords(transcript))
-                ourTotal += ours
-                // One word more than the worst sampled shift: a shift between two sampled ones
-                // may read one word differently again.
+                let captures = try FileManager.default.contentsOfDirectory(atPath: audio).filter { !kept.contains($0) }
+                let capture = try #require(captures.count == 1 ? captures.first : nil, "one capture: \(captures)")
+                let captured = try wavSamples("\(audio)/\(capture)")
+                #expect(captured.count >= clip.count, "\(recording.id): the capture holds the clip")
+                let decoded = try await run(reference, ["-infile", "\(audio)/\(capture)", "-logfn", "/dev/null"])
+                #expect(decoded.status == 0, "pocketsphinx_continuous: \(decoded.stderr)")
                 #expect(
-                    ours <= theirs.max()! + 1,
-                    "\(recording.id): sttd \(ours) word errors, pocketsphinx_continuous \(theirs) at each shift")
-                report.append(
-                    "\(recording.id): sttd \(ours) of \(recording.reference.count) \"\(transcript)\" | pocketsphinx_continuous \(theirs.min()!)–\(theirs.max()!)"
-                )
+                    normalizedWords(transcript) == normalizedWords(decoded.stdout),
+                    "\(recording.id): sttd \"\(transcript)\", pocketsphinx_continuous \"\(decoded.stdout)\"")
 
+                let errors = wordErrors(reference: recording.reference, hypothesis: normalizedWords(transcript))
+                ourErrors += errors
+                words += recording.reference.count
+                print("\(recording.id): \(errors) errors of \(recording.reference.count): \"\(transcript)\"")
                 let updates = recorder.signals(named: "TranscriptChanged")
                 let firstFinal = try #require(
                     updates.firstIndex { $0.arguments.last == .boolean(true) }, "a final for \(recording.id)")
@@ -55,62 +66,10 @@ extension Integration {
                     "interim before final: \(recording.id)")
                 #expect(!recorder.signals(named: "AudioLevel").isEmpty)
             }
-            let words = recordings.reduce(0) { $0 + $1.reference.count }
-            let theirBest = expected.reduce(0) { $0 + $1.min()! }
-            let theirWorst = expected.reduce(0) { $0 + $1.max()! }
-            print(
-                "Word errors in \(words) words: sttd \(ourTotal), pocketsphinx_continuous \(theirBest)–\(theirWorst) by shift"
-            )
-            for line in report { print("  " + line) }
-            #expect(
-                ourTotal <= theirWorst, "sttd \(ourTotal) word errors, pocketsphinx_continuous at most \(theirWorst)")
-        }
-
-        /// The reference tool's word errors for each recording, decoded at each of 8 shifts across
-        /// one 10 ms analysis frame (160 samples).
-        ///
-        /// The speech reaches sttd at whatever sample offset the virtual microphone's monitor
-        /// happens to start the stream at, and pocketsphinx's words change with where the speech
-        /// falls in its frames: at some shifts it reads 0920's "woman" as "wall and", and the five
-        /// files' errors range from 24 to 30 of 71 words. So sttd is held to the range, not to
-        /// one shift.
-        private func referenceErrors(
-            _ tool: String, _ recordings: [(id: String, path: String, reference: [String])]
-        ) async throws -> [[Int]] {
-            let directory = try makeTemporaryDirectory("sttd-reference")
-            defer { try? FileManager.default.removeItem(atPath: directory) }
-            let shifts = Array(stride(from: 0, to: 160, by: 20))
-            var jobs: [(recording: Int, file: String)] = []
-            for (index, recording) in recordings.enumerated() {
-                let samples = try wavSamples(recording.path)
-                for shift in shifts {
-                    let file = "\(directory)/\(recording.id)-\(shift).wav"
-                    try writeWAV([Int16](repeating: 0, count: 8_000 + shift) + samples, to: file)
-                    jobs.append((index, file))
-                }
-            }
-            var errors = [[Int]](repeating: [], count: recordings.count)
-            // Two decodes at a time (the CI machine's cores): each takes seconds of CPU.
-            for batch in stride(from: 0, to: jobs.count, by: 2) {
-                try await withThrowingTaskGroup(of: (recording: Int, text: String).self) { group in
-                    for job in jobs[batch..<min(batch + 2, jobs.count)] {
-                        group.addTask {
-                            let arguments = ["-infile", job.file, "-logfn", "/dev/null"]
-                            let result = try await run(tool, arguments, timeout: 120)
-                            guard result.status == 0 else {
-                                throw MissingPrerequisite(
-                                    description: "pocketsphinx_continuous -infile \(job.file) failed: \(result.stderr)")
-                            }
-                            return (job.recording, result.stdout)
-                        }
-                    }
-                    for try await (recording, text) in group {
-                        errors[recording].append(
-                            wordErrors(reference: recordings[recording].reference, hypothesis: normalizedWords(text)))
-                    }
-                }
-            }
-            return errors
+            // A sanity bound far outside the engine's spread (24–30 of 71 by offset): what fails it
+            // is a broken capture, not a different offset.
+            print("Word errors in \(words) words: \(ourErrors)")
+            #expect(ourErrors * 2 < words, "\(ourErrors) word errors in \(words) words")
         }
 
         @Test func killingPulseAudioFailsTheSessionAndKeepsFinals() async throws {

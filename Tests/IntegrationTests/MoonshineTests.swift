@@ -56,6 +56,43 @@ extension Integration {
             #expect(ourWER <= directWER + 0.001, "sttd \(ourWER)% vs the engine on the files \(directWER)%")
         }
 
+        /// Issue 26, defect 2: an engine worker that stops mid-utterance (SIGSTOP: it neither
+        /// reads nor answers) cannot hold a Stop past `stop_timeout_ms`: the reply comes with the
+        /// finals so far, the worker is killed, and the next session gets a new one that works.
+        /// (Before, the reply waited for the worker socket's 60 s timeout, past this call's 30 s.)
+        @Test func aWorkerThatStopsAnsweringCannotHoldAStop() async throws {
+            let sttd = try await SttdFixture(config: "stop_timeout_ms = 1500\n")
+            func workers() -> [pid_t] {
+                childProcesses(of: sttd.sttd.pid).filter { pid in
+                    let command = (try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)) ?? ""
+                    return command.contains("--offline-engine-worker")
+                }
+            }
+            let recorder = try await sttd.record()
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            let recordings = try LibriVox.recordings()
+            let player = try sttd.pulse.startPlaying(recordings[0].path)
+            let speaking = await recorder.wait(timeout: .seconds(20)) { signals in
+                signals.contains { $0.member == "SpeechActivity" && $0.arguments == [.boolean(true)] }
+            }
+            #expect(speaking, "speech began")
+            let worker = try #require(workers().first, "the engine worker runs")
+            kill(worker, SIGSTOP)
+            defer { kill(worker, SIGKILL) }
+            _ = await player.exit(timeout: .seconds(30))
+            let reply = try await sttd.call("StopTranscribing").first?.string
+            #expect(reply != nil)
+            #expect(try await sttd.property("State") == .string("idle"))
+            let replaced = try await waitFor(timeout: .seconds(10)) { !workers().contains(worker) }
+            #expect(replaced, "the stopped worker was killed: \(workers())")
+
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            try sttd.pulse.play(recordings[1].path)
+            let next = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(!next.isEmpty, "the next session works: \(sttd.log.suffix(2000))")
+            #expect(workers().count == 1 && !workers().contains(worker))
+        }
+
         @Test func missingSherpaModelIsRestrictedAndNamesTheInstallCommand() async throws {
             let sttd = try await SttdFixture(
                 config: "[local]\nengine = \"moonshine\"\nsherpa_model_dir = \"/nonexistent/model\"\n")

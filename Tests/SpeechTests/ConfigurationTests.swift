@@ -33,6 +33,9 @@ struct ConfigurationTests {
                 [local]
                 model_dir = "/opt/model"
 
+                [debug]
+                audio_dir = "/tmp/sttd-audio"
+
                 [deepgram]
                 url = "wss://api.subquadratic.ai/v1/listen"
                 auth = "subprotocol"
@@ -56,6 +59,7 @@ struct ConfigurationTests {
         #expect(config.local.modelDirectory == "/opt/model")
         #expect(config.deepgram.auth == .subprotocol)
         #expect(config.deepgram.params == ["smart_format": "true", "endpointing": "300", "punctuate": "true"])
+        #expect(config.debug.audioDirectory == "/tmp/sttd-audio")
     }
 
     @Test(arguments: [
@@ -76,6 +80,8 @@ struct ConfigurationTests {
         ("notify = 1", "notify = 1 is a integer, but it must be true or false"),
         ("local = 3", "local = 3 is a integer, but it must be a table"),
         ("backend = ", "line 1"),
+        ("[debug]\naudio_dir = \"captures\"", "debug.audio_dir = \"captures\" is not an absolute path"),
+        ("[debug]\nlevel = 1", "debug.level is not a known setting"),
     ])
     func refusesWithAMessageNamingTheKey(_ toml: String, _ expected: String) {
         let error = #expect(throws: ConfigurationError.self) { try Configuration(toml: toml) }

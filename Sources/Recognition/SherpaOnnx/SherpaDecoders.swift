@@ -75,9 +75,9 @@ final class SherpaDecoders: @unchecked Sendable {
         var ending = false
         /// Stopped (cancelled, or failed): a final the engine fails on is not decoded again.
         var stopped = false
-        /// Since when, and on how much audio, a thread decodes for it (an interim, or other work).
-        var decoding: (since: ContinuousClock.Instant, samples: Int)?
-        var interimDecoding: (since: ContinuousClock.Instant, samples: Int)?
+        /// Since when a thread decodes for it (an interim, or other work).
+        var decoding: ContinuousClock.Instant?
+        var interimDecoding: ContinuousClock.Instant?
     }
 
     init(settings: SherpaSettings, shared: SherpaShared, logger: Logger) {
@@ -137,11 +137,11 @@ final class SherpaDecoders: @unchecked Sendable {
 
     /// Drops the session's queued work and ends it next (error nil: cancelled).
     ///
-    /// A cancelled session's decode that has run far longer than this machine's pace predicts
-    /// (the worker stopped or wedged: a stop timed out) is abandoned: the worker is killed, so
-    /// the decoder thread is free at once and the next work starts a new worker. Other sessions'
-    /// decodes on it are decoded again there.
-    func stop(_ session: SherpaSession, error: RecognitionError?) {
+    /// `abandon` (a stop that timed out): if the engine is still decoding for this session, or
+    /// every thread has been on one decode for over a second so its work cannot start, the
+    /// engine is given up (a worker process is killed): the threads are free at once and the
+    /// next work starts a new worker. Other sessions' finals in flight there are decoded again.
+    func stop(_ session: SherpaSession, error: RecognitionError?, abandon: Bool = false) {
         condition.lock()
         let key = ObjectIdentifier(session)
         var abandoned: (any SherpaDecoding)?
@@ -149,28 +149,26 @@ final class SherpaDecoders: @unchecked Sendable {
             queue.items = [Item(work: .end(error), sequence: nextSequence())]
             queue.weight = 0
             queue.stopped = true
-            if error == nil, let engine, [queue.decoding, queue.interimDecoding].contains(where: overdue) {
+            queues[key] = queue
+            if abandon, let engine, queue.decoding != nil || queue.interimDecoding != nil || allThreadsStuck {
                 abandoned = engine
                 self.engine = nil
                 shared.loaded.store(false, ordering: .relaxed)
             }
-            queues[key] = queue
             condition.broadcast()
         }
         condition.unlock()
         if let abandoned {
-            logger.warning("a cancelled session's decode is overdue; restarting the offline engine")
+            logger.warning("the offline engine did not finish in time; restarting it")
             abandoned.abandon()
         }
     }
 
-    /// Whether a decode has run more than four times as long as this machine's pace predicts
-    /// for its audio (and at least half a second).
-    private func overdue(_ decoding: (since: ContinuousClock.Instant, samples: Int)?) -> Bool {
-        guard let decoding else { return false }
-        let audio = Double(decoding.samples) / Double(AudioFormat.sampleRate)
-        let expected = (decodeCostPerAudioSecond ?? 0) * audio
-        return decoding.since.duration(to: .now) > .seconds(max(0.5, 4 * expected))
+    /// Every thread has been on its current decode for over a second (called with the lock held).
+    private var allThreadsStuck: Bool {
+        let starts = queues.values.flatMap { [$0.decoding, $0.interimDecoding].compactMap { $0 } }
+        return starts.count >= max(1, settings.decoderThreads)
+            && starts.allSatisfy { $0.duration(to: .now) > .seconds(1) }
     }
 
     // MARK: - Queues (under the lock)
@@ -227,8 +225,7 @@ final class SherpaDecoders: @unchecked Sendable {
         let item = queue.items.removeFirst()
         queue.weight -= item.work.weight
         if item.work.weight > 0 {
-            let decoding = (since: ContinuousClock.now, samples: item.work.weight)
-            if best.interim { queue.interimDecoding = decoding } else { queue.decoding = decoding }
+            if best.interim { queue.interimDecoding = .now } else { queue.decoding = .now }
         }
         if best.interim {
             queue.interimRunning = true

@@ -148,13 +148,18 @@ final class SherpaSession: RecognitionSession {
         }
     }
 
-    func cancel() {
+    func cancel() { end(abandoning: false) }
+
+    /// A stop timed out: the engine is restarted if it is still on this session's work.
+    func abandon() { end(abandoning: true) }
+
+    private func end(abandoning: Bool) {
         input.withLock { input in
             input.open = false
             setSpeaking(false, &input)
         }
         // Also after finish(): queued decodes are dropped and the session ends next.
-        if !hasEnded { decoders.stop(self, error: nil) }
+        if !hasEnded { decoders.stop(self, error: nil, abandon: abandoning) }
         // run() returns now, not after a decode in progress (onnxruntime cannot stop one, and a
         // worker may have stopped answering). Under the results' lock: nothing goes out after.
         let runners = interims.withLock { _ in takeRunners(ending: .success(())) }
