@@ -193,9 +193,13 @@ struct DeepgramStreamingTests {
         script.refusals = Array(repeating: 503, count: 20)
         let server = try await DeepgramTestServer(script: script)
         let error = await #expect(throws: RecognitionError.self) {
+            // A connect timeout far beyond what four refusals take: the attempt count alone ends
+            // it, however slowly a busy machine answers (a loaded run once fit 3 in the 10 s).
             _ = try await recognizer(
                 server,
-                backoff: Backoff(base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5))
+                backoff: Backoff(
+                    base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5)),
+                connectTimeout: .seconds(120)
             ).startSession(SessionOptions(), events: EventCollector())
         }
         #expect(error?.kind == .backendUnavailable)
