@@ -61,7 +61,10 @@ extension Integration {
         /// finals so far, the worker is killed, and the next session gets a new one that works.
         /// (Before, the reply waited for the worker socket's 60 s timeout, past this call's 30 s.)
         @Test func aWorkerThatStopsAnsweringCannotHoldAStop() async throws {
-            let sttd = try await SttdFixture(config: "stop_timeout_ms = 1500\n")
+            let key = "worker-must-not-see-0123456789"
+            let sttd = try await SttdFixture(
+                config: "stop_timeout_ms = 1500\n",
+                environment: ["STTD_API_KEY": key, "CREDENTIALS_DIRECTORY": "/nonexistent"])
             func workers() -> [pid_t] {
                 childProcesses(of: sttd.sttd.pid).filter { pid in
                     let command = (try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)) ?? ""
@@ -77,6 +80,11 @@ extension Integration {
             }
             #expect(speaking, "speech began")
             let worker = try #require(workers().first, "the engine worker runs")
+            // Issue 26, defect 7: the worker's environment holds no secret.
+            let environ = try Data(contentsOf: URL(fileURLWithPath: "/proc/\(worker)/environ"))
+            let variables = environ.split(separator: 0).map { String(decoding: $0, as: UTF8.self) }
+            #expect(variables.contains { $0.hasPrefix("HOME=") }, "the worker has an environment")
+            #expect(!variables.contains { $0.hasPrefix("STTD_API_KEY=") || $0.hasPrefix("CREDENTIALS_DIRECTORY=") })
             kill(worker, SIGSTOP)
             defer { kill(worker, SIGKILL) }
             _ = await player.exit(timeout: .seconds(30))
