@@ -69,7 +69,7 @@ enum Benchmarks {
         var received = 0
         var index = 0
         while received < 2_200 {
-            try sttd.pulse.play(files[index % files.count].path)
+            try await sttd.pulse.play(files[index % files.count].path)
             index += 1
             received = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n").count ?? 0
         }
@@ -127,7 +127,7 @@ enum Benchmarks {
         var seconds = 0.0
         var index = 0
         while seconds < 60 {
-            try sttd.pulse.play(files[index % files.count].path)
+            try await sttd.pulse.play(files[index % files.count].path)
             seconds += files[index % files.count].seconds
             index += 1
         }
@@ -171,7 +171,7 @@ enum Benchmarks {
             // the same audio (waiting for the end-of-speech final would add silence to sttd's).
             for file in files {
                 try await sttd.call("StartTranscribing", [.vardict([])])
-                try sttd.pulse.play(file.path)
+                try await sttd.pulse.play(file.path)
                 ours.append(try await sttd.call("StopTranscribing").first?.string ?? "")
             }
             let after = try ProcessSample(pid: sttd.sttd.pid)

@@ -64,7 +64,7 @@ enum DesktopBenchmarks {
         for recording in try LibriVox.recordings() {
             let trailing = trailingSilenceMilliseconds(try wavSamples(recording.path))
             try await sttd.call("StartTranscribing", [.vardict([("auto_stop_ms", .uint32(1000))])])
-            try sttd.pulse.play(recording.path)
+            try await sttd.pulse.play(recording.path)
             let ended = ContinuousClock.now
             while try await sttd.property("State") == .string("listening"), ContinuousClock.now - ended < .seconds(10) {
                 try await Task.sleep(for: .milliseconds(5))

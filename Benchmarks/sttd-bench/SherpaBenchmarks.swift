@@ -76,7 +76,7 @@ extension Benchmarks {
         var texts: [String] = []
         for clip in clips {
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(clip.path)
+            try await sttd.pulse.play(clip.path)
             texts.append(try await sttd.call("StopTranscribing").first?.string ?? "")
         }
         let after = try ProcessSample(pid: sttd.sttd.pid)
@@ -165,7 +165,7 @@ extension Benchmarks {
                 for clip in clips {
                     let recorder = try await sttd.record()
                     try await sttd.call("StartTranscribing", [.vardict([])])
-                    try sttd.pulse.play(clip.path)
+                    try await sttd.pulse.play(clip.path)
                     let endOfSpeech = ContinuousClock.now - .milliseconds(Int64(clip.trailingSilence * 1000))
                     // The final holding the last words is the last one before speech activity ends
                     // after the recording (a long recording may have had finals before).

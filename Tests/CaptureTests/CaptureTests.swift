@@ -61,7 +61,7 @@ struct PulseCaptureTests {
         ] {
             #expect(outputs.stdout.contains(property), "\(property) in \(outputs.stdout)")
         }
-        try pulse.play(recording.path)
+        try await pulse.play(recording.path)
         capture.stop()
         var samples = 0
         var loudest = 0.0
@@ -82,7 +82,7 @@ struct PulseCaptureTests {
         let capture = try await PulseAudio.capture(
             source: nil, chunk: .milliseconds(20), server: pulse.server, logger: logger,
             deliver: { chunk in delivered.withLock { $0.append(chunk.samples.count) } })
-        try pulse.play(recording.path)
+        try await pulse.play(recording.path)
         capture.stop()
         var streamed = 0
         for try await _ in capture.chunks { streamed += 1 }

@@ -29,14 +29,14 @@ extension Integration {
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
             let recordings = try LibriVox.recordings()
-            try sttd.pulse.play(recordings[0].path)
+            try await sttd.pulse.play(recordings[0].path)
             // Finals are typed as they arrive, while listening goes on.
             let firstFinal = await waitFor(timeout: .seconds(20)) {
                 recorder.signals(named: "TranscriptChanged").contains { $0.arguments.last == .boolean(true) }
             }
             #expect(firstFinal)
             #expect(await waitFor { !window.text.isEmpty }, "typed before Stop")
-            for recording in recordings.dropFirst() { try sttd.pulse.play(recording.path) }
+            for recording in recordings.dropFirst() { try await sttd.pulse.play(recording.path) }
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(reply.split(separator: " ").count > 40, "\(reply)")
             #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
@@ -55,7 +55,7 @@ extension Integration {
                 on: window, config: "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n",
                 environment: ["STTD_API_KEY": script.key])
             try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
-            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(reply.hasPrefix("café Straße ✓ naïve 😀 café"), "\(reply)")
             #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
@@ -69,7 +69,7 @@ extension Integration {
             try DesktopClipboard.set("primary stays", on: kind, primary: true)
             let sttd = try await Self.sttd(on: window)
             try await sttd.call("StartTranscribing", Self.option(("output", .string("clipboard"))))
-            try sttd.pulse.play(try LibriVox.recordings()[2].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[2].path)
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!reply.isEmpty)
             #expect(try DesktopClipboard.clipboard(kind) == reply, "on the clipboard when Stop replies")
@@ -84,7 +84,7 @@ extension Integration {
             try DesktopClipboard.set("what I had copied", on: kind)
             let sttd = try await Self.sttd(on: window, config: "output = \"clipboard\"\npaste = true\n")
             try await sttd.call("StartTranscribing", Self.option())
-            try sttd.pulse.play(try LibriVox.recordings()[3].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[3].path)
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!reply.isEmpty)
             #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
@@ -99,7 +99,7 @@ extension Integration {
             let recording = try LibriVox.recordings()[0]
             try await sttd.call(
                 "StartTranscribing", Self.option(("output", .string("type")), ("auto_stop_ms", .uint32(1000))))
-            try sttd.pulse.play(recording.path)
+            try await sttd.pulse.play(recording.path)
             // The virtual microphone is silent once the file ends.
             let stopped = await waitFor(timeout: .seconds(30)) {
                 (try? await sttd.property("State")) == .string("idle")
@@ -151,7 +151,7 @@ extension Integration {
             defer { notifications.stop() }
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
-            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             let warned = await waitFor(timeout: .seconds(30)) {
                 (try? await sttd.property("LastError")) == .string(SpeechAPI.errorName("InvalidConfiguration"))
             }

@@ -33,7 +33,7 @@ extension Integration {
                 let file = "\(sttd.home)/\(recording.id).wav"
                 let clip = try wavSamples(recording.path)
                 try writeWAV([Int16](repeating: 0, count: 8_000) + clip, to: file)
-                try sttd.pulse.play(file)
+                try await sttd.pulse.play(file)
                 // Stop after the pause that ends the last utterance, as a person would (a stop
                 // before it is just as exact, but flushes the last words a little differently).
                 let played = recorder.signals.count
@@ -76,7 +76,7 @@ extension Integration {
             let sttd = try await SttdFixture(config: "microphone_reconnect_ms = 500\n")
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             let gotFinal = await recorder.wait { signals in
                 signals.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
             }
@@ -135,7 +135,7 @@ extension Integration {
             }
             #expect(subscribed, "sttctl watch never printed the reset")
             let recorder = try await sttd.record()
-            try sttd.pulse.play(try LibriVox.recordings()[4].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[4].path)
             // Stop after the pause that ends the last utterance, as a person would.
             await recorder.wait(timeout: .seconds(5)) { signals in
                 signals.contains { $0.member == "SpeechActivity" && $0.arguments == [.boolean(false)] }

@@ -130,7 +130,7 @@ extension Integration {
             // Dictation; stop flushes with Finalize then CloseStream.
             let recordings = try LibriVox.recordings()
             try await client.call("StartTranscribing", [.vardict([])])
-            try client.pulse.play(recordings[0].path)
+            try await client.pulse.play(recordings[0].path)
             let first = try await client.call("StopTranscribing").first?.string ?? ""
             let firstWER = wordErrorRate(
                 reference: recordings[0].reference, hypothesis: MoonshineDictationTests.words(first))

@@ -63,7 +63,9 @@ extension Integration {
         @Test func aWorkerThatStopsAnsweringCannotHoldAStop() async throws {
             let key = "worker-must-not-see-0123456789"
             let sttd = try await SttdFixture(
-                config: "stop_timeout_ms = 1500\n",
+                // Far below the worker socket's 60 s and this call's 30 s; long enough that the
+                // next session's own stop never times out on a busy machine.
+                config: "stop_timeout_ms = 8000\n",
                 environment: ["STTD_API_KEY": key, "CREDENTIALS_DIRECTORY": "/nonexistent"])
             func workers() -> [pid_t] {
                 childProcesses(of: sttd.sttd.pid).filter { pid in
@@ -95,7 +97,14 @@ extension Integration {
             #expect(replaced, "the stopped worker was killed: \(workers())")
 
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(recordings[1].path)
+            let before = recorder.signals.count
+            try await sttd.pulse.play(recordings[1].path)
+            let finished = await recorder.wait(timeout: .seconds(30)) { signals in
+                signals.dropFirst(before).contains {
+                    $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true)
+                }
+            }
+            #expect(finished, "a final from the new worker")
             let next = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!next.isEmpty, "the next session works: \(sttd.log.suffix(2000))")
             #expect(workers().count == 1 && !workers().contains(worker))

@@ -55,7 +55,7 @@ extension Integration {
             let recorder = try await sttd.record()
             let recordings = try LibriVox.recordings()
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(recordings[4].path)
+            try await sttd.pulse.play(recordings[4].path)
             // A pause after speaking ends the utterance before the server goes.
             await recorder.wait(timeout: .seconds(5)) { _ in !signalledFinals(recorder).isEmpty }
 
@@ -76,7 +76,7 @@ extension Integration {
             #expect(try await sttd.property("MicrophoneStatus") == .string("authorized"))
             let before = signalledFinals(recorder).count
 
-            try sttd.pulse.play(recordings[2].path)
+            try await sttd.pulse.play(recordings[2].path)
             let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
             let after = signalledFinals(recorder).dropFirst(before).joined(separator: " ")
             let errorRate = wordErrorRate(reference: recordings[2].reference, hypothesis: normalizedWords(after))
@@ -124,16 +124,16 @@ extension Integration {
             let sttd = try await SttdFixture()
             let recording = try LibriVox.recordings()[4].path
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(recording)
+            try await sttd.pulse.play(recording)
             #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
 
             try sttd.pulse.pactl(["load-module", "module-null-sink", "sink_name=desk", "rate=16000", "channels=1"])
             try sttd.pulse.pactl(["set-default-source", "desk.monitor"])
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(recording)  // into "mic", no longer the default
+            try await sttd.pulse.play(recording)  // into "mic", no longer the default
             #expect(try await sttd.call("StopTranscribing").first?.string == "")
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(recording, device: "desk")
+            try await sttd.pulse.play(recording, device: "desk")
             #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
         }
 
@@ -142,7 +142,7 @@ extension Integration {
             let recorder = try await sttd.record()
             let started = Date().microseconds
             try await sttd.call("StartTranscribing", [.vardict([("language", .string("en-GB"))])])
-            try sttd.pulse.play(try LibriVox.recordings()[4].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[4].path)
             let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
             try #require(!transcript.isEmpty)
             let activity = recorder.signals(named: "SpeechActivity").compactMap { $0.arguments.first?.boolean }
@@ -175,7 +175,7 @@ extension Integration {
         @Test func historyFalseWritesNothing() async throws {
             let sttd = try await SttdFixture(config: "history = false\n")
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try LibriVox.recordings()[4].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[4].path)
             #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
             #expect(try await history(sttd).isEmpty)
             #expect(!FileManager.default.fileExists(atPath: "\(sttd.home)/data/sttd"))
@@ -205,7 +205,7 @@ extension Integration {
             #expect(await listener.wait { $0.filter { $0 == "WATCHDOG=1" }.count >= 3 })
 
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try LibriVox.recordings()[4].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[4].path)
             sttd.sttd.signal(SIGTERM)
             #expect(await sttd.sttd.exit(timeout: .seconds(15)) == 0)
             #expect(listener.messages.contains("STOPPING=1"))

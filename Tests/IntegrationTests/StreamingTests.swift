@@ -20,7 +20,7 @@ extension Integration {
             let recorder = try await sttd.record()
             #expect(try await sttd.call("RequestAuthorization") == [.string("authorized")])
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try LibriVox.recordings()[0].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[0].path)
             let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
             let sent = server.finalsSent.filter { !$0.isEmpty }.joined(separator: " ")
             #expect(!sent.isEmpty)
@@ -50,7 +50,7 @@ extension Integration {
             let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try LibriVox.recordings()[1].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(reply.hasPrefix("nulword esc[2Jclear nel line plain nulword"), "\(reply)")
             let finals = recorder.signals(named: "TranscriptChanged").filter { $0.arguments.last == .boolean(true) }
@@ -126,7 +126,7 @@ extension Integration {
             let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try LibriVox.recordings()[3].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[3].path)
             let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
             let states = recorder.changes(of: "State").compactMap(\.string)
             let streamLog = sttd.log.split(separator: "\n").filter { $0.contains("stream") }.joined(separator: "\n")

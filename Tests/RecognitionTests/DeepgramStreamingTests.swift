@@ -193,13 +193,13 @@ struct DeepgramStreamingTests {
         script.refusals = Array(repeating: 503, count: 20)
         let server = try await DeepgramTestServer(script: script)
         let error = await #expect(throws: RecognitionError.self) {
-            // A connect timeout far beyond what four refusals take: the attempt count alone ends
-            // it, however slowly a busy machine answers (a loaded run once fit 3 in the 10 s).
+            // The largest connect timeout (15 s), far beyond what four refusals take: the attempt
+            // count ends it, however slowly a busy machine answers (a loaded run fit 3 in 10 s).
             _ = try await recognizer(
                 server,
                 backoff: Backoff(
                     base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5)),
-                connectTimeout: .seconds(120)
+                connectTimeout: .seconds(15)
             ).startSession(SessionOptions(), events: EventCollector())
         }
         #expect(error?.kind == .backendUnavailable)
@@ -415,17 +415,19 @@ struct DeepgramStreamingTests {
         script.refusals = Array(repeating: 503, count: 1_000)
         let server = try await DeepgramTestServer(script: script)
         var error: RecognitionError?
-        // The backoff would go on for up to 30 s; the connect timeout bounds the first connect.
-        // Short delays: several attempts fit in the timeout even on a loaded machine.
+        // The backoff alone would go on for minutes; the connect timeout (its largest, 15 s)
+        // bounds the start. Short delays: several attempts fit in it however busy the machine.
+        let backoff = Backoff(
+            base: .milliseconds(20), cap: .milliseconds(50), maxAttempts: 1_000, maxTotal: .seconds(600))
         let took = await elapsed {
             error = await #expect(throws: RecognitionError.self) {
-                _ = try await recognizer(server, backoff: Backoff(base: .milliseconds(20)), connectTimeout: .seconds(2))
+                _ = try await recognizer(server, backoff: backoff, connectTimeout: .seconds(15))
                     .startSession(SessionOptions(), events: EventCollector())
             }
         }
         #expect(error?.kind == .backendUnavailable)
         #expect(error?.message.contains("503") == true, "\(error?.message ?? "")")
-        #expect(took < .seconds(10), "\(took)")
+        #expect(took < .seconds(40), "\(took)")
         #expect(server.connections.count >= 2, "retried while the deadline allowed")
     }
 

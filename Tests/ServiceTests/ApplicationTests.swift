@@ -71,7 +71,7 @@ struct ApplicationTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await sttd.application.run() }
             try await sttd.call(.startTranscribing, [.vardict([])])
-            try sttd.pulse.play(recording.path)
+            try await sttd.pulse.play(recording.path)
             let text = try await sttd.call(.stopTranscribing).first?.string ?? ""
             #expect(wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(text)) < 50, "\(text)")
             let entries = try await sttd.call(.getHistory, [.uint32(1)])
@@ -93,7 +93,7 @@ struct ApplicationTests {
             group.addTask { try await sttd.application.run() }
             let updates = sttd.application.core.events()
             try await sttd.call(.startTranscribing, [.vardict([])])
-            try sttd.pulse.play(recording.path)
+            try await sttd.pulse.play(recording.path)
             var heard = ""
             for await event in updates {
                 if case .transcript(let text, let update?) = event, update.isFinal {

@@ -16,7 +16,7 @@ struct NotificationTests {
             group.addTask { try await sttd.application.run() }
             try await sttd.call(.startTranscribing, [.vardict([])])
             #expect(await waitFor { server.notifications.count == 1 })
-            try sttd.pulse.play(recording.path)
+            try await sttd.pulse.play(recording.path)
             let text = try await sttd.call(.stopTranscribing).first?.string ?? ""
             #expect(await waitFor { server.notifications.count == 2 })
             let (shown, stopped) = (server.notifications[0], server.notifications[1])

@@ -262,6 +262,17 @@ public final class HeadlessPulse: @unchecked Sendable {
         }
     }
 
+    /// ``play(_:device:)`` from a task: waits without holding one of the pool's threads (a
+    /// 2-core machine has two, and a blocked one stalls every other test's tasks).
+    public func play(_ file: String, device: String = "mic") async throws {
+        let paplay = try requireTool("paplay", package: "pulseaudio-utils")
+        let result = try await run(
+            paplay, ["--device=\(device)", file], environment: environmentForClients(), timeout: 120)
+        guard result.status == 0 else {
+            throw MissingPrerequisite(description: "paplay failed: \(result.stderr)")
+        }
+    }
+
     /// The environment for a service of this server living in `home` (config and data inside it).
     public func serviceEnvironment(home: String) -> [String: String] {
         var environment = environmentForClients()

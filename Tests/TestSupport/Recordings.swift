@@ -34,7 +34,7 @@ extension SttdFixture {
         try await call("StartTranscribing", [.vardict([])])
         let file = "\(directory)/\(id).wav"
         try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recording), to: file)
-        try pulse.play(file)
+        try await pulse.play(file)
         // The VAD's hangover closes the utterance, as after a spoken sentence.
         await recorder.wait(timeout: .seconds(10)) { signals in
             signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
