@@ -29,18 +29,26 @@ extension Integration {
         @Test func officialPythonSDKGetsTheSameFinalsAsADBusSession() async throws {
             try Self.requireEngine()
             _ = try DeepgramSDKClient.interpreter()
-            let sttd = try await SttdFixture(config: "[server]\nlisten = \"127.0.0.1:0\"\n")
+            let captures = try makeTemporaryDirectory("sttd-captured")
+            defer { try? FileManager.default.removeItem(atPath: captures) }
+            let sttd = try await SttdFixture(
+                config: "[server]\nlisten = \"127.0.0.1:0\"\n[debug]\naudio_dir = \"\(captures)\"\n")
             let address = try #require(try await sttd.property("ServerAddress")?.string)
             #expect(address.hasPrefix("ws://127.0.0.1:") && !address.hasSuffix(":0"), "\(address)")
             let padded = try makeTemporaryDirectory("padded-clips")
             defer { try? FileManager.default.removeItem(atPath: padded) }
             for recording in try LibriVox.recordings() {
                 // The D-Bus session, as MoonshineTests dictates it.
+                let kept = Set(try FileManager.default.contentsOfDirectory(atPath: captures))
                 let (viaDBus, _) = try await sttd.dictatePadded(recording.path, as: recording.id, in: padded)
+                let captured = try FileManager.default.contentsOfDirectory(atPath: captures).filter {
+                    !kept.contains($0)
+                }
+                let capture = try #require(captured.count == 1 ? captured.first : nil, "one capture: \(captured)")
 
-                // The same audio through the SDK, with the same trailing silence before CloseStream.
-                let summary = try DeepgramSDKClient.stream(
-                    url: address, wav: recording.path, options: ["--lead-silence", "0.5", "--trail-silence", "1.5"])
+                // The very samples that session captured, through the SDK (the microphone starts a
+                // stream at a varying offset, and the engine's words may depend on it).
+                let summary = try DeepgramSDKClient.stream(url: address, wav: "\(captures)/\(capture)", options: [])
                 let viaSDK = Self.finalsText(summary)
                 print("\(recording.id): D-Bus \"\(viaDBus)\" | SDK \"\(viaSDK)\"")
                 #expect((summary["errors"] as? [String])?.isEmpty == true, "\(summary)")
