@@ -21,7 +21,9 @@ public struct ListenRequest: Sendable, Equatable {
 
     /// The session options the recognizer gets.
     public var sessionOptions: SessionOptions {
-        SessionOptions(language: language, interimResults: interimResults, keyterms: keyterms)
+        SessionOptions(
+            language: language, interimResults: interimResults, keyterms: keyterms,
+            servedTo: "a client of sttd's /v1/listen server")
     }
 }
 
@@ -30,6 +32,15 @@ public struct ListenRefusal: Error, Sendable, Equatable {
     public var status: Int
     public var code: String
     public var message: String
+    /// Seconds a client should wait before trying again (`Retry-After`), when that is known to help.
+    public var retryAfter: Int?
+
+    public init(status: Int, code: String, message: String, retryAfter: Int? = nil) {
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retryAfter = retryAfter
+    }
 
     public static func badRequest(_ message: String) -> Self {
         Self(status: 400, code: "Bad Request", message: message)
@@ -44,6 +55,14 @@ public struct ListenRefusal: Error, Sendable, Equatable {
         message: "Too many concurrent streams: this server's max_streams are all in use. Retry later.")
     public static let notFound = Self(
         status: 404, code: "NOT_FOUND", message: "Unknown path; streams go to /v1/listen.")
+    /// The engine is serving a session it cannot share (pocketsphinx during dictation).
+    public static func engineBusy(_ reason: String) -> Self {
+        Self(status: 503, code: "SERVICE_UNAVAILABLE", message: reason, retryAfter: 5)
+    }
+    /// The engine could not start a session (e.g. its model is missing).
+    public static func engineUnavailable(_ reason: String) -> Self {
+        Self(status: 503, code: "SERVICE_UNAVAILABLE", message: "The local engine could not start: \(reason)")
+    }
     public static let upgradeRequired = Self(
         status: 426, code: "Bad Request", message: "/v1/listen takes a WebSocket upgrade (GET with Upgrade: websocket)."
     )
@@ -65,6 +84,11 @@ public enum ListenHandshake {
         else { return .failure(.notFound) }
         func header(_ name: String) -> String? {
             headers.first { $0.0.lowercased() == name }?.1
+        }
+        // Without a body the request is complete with its head, so the server never waits on a
+        // client between accepting its request and upgrading it.
+        if header("transfer-encoding") != nil || (header("content-length").map { $0 != "0" } ?? false) {
+            return .failure(.badRequest("A WebSocket handshake has no body; send GET /v1/listen without one."))
         }
         let offered =
             header("sec-websocket-protocol")?.split(separator: ",").map {

@@ -26,11 +26,18 @@ public struct ListenServerSettings: Sendable {
     public var flushTimeout: Duration
     /// The model `Results` and `Metadata` name.
     public var model: ServerMessages.ModelInfo
+    /// Connections open at most, handshakes and streams together; one more is accepted and
+    /// closed at once. Well below the descriptor limit, so that clients holding sockets open
+    /// cannot starve the rest of sttd (the microphone, D-Bus, memfds) of descriptors.
+    public var maxConnections: Int
+    /// A connection that has not sent its whole handshake request (TLS included) by then is closed.
+    public var handshakeTimeout: Duration
 
     public init(
         host: String, port: Int, key: APIKey? = nil, tls: TLSConfiguration? = nil, maxStreams: Int = 4,
         idleTimeout: Duration = .seconds(10), flushTimeout: Duration = .seconds(30),
-        model: ServerMessages.ModelInfo = .init(name: "sttd-local")
+        model: ServerMessages.ModelInfo = .init(name: "sttd-local"),
+        maxConnections: Int = ListenServerSettings.defaultMaxConnections, handshakeTimeout: Duration = .seconds(5)
     ) {
         self.host = host
         self.port = port
@@ -40,6 +47,17 @@ public struct ListenServerSettings: Sendable {
         self.idleTimeout = idleTimeout
         self.flushTimeout = flushTimeout
         self.model = model
+        self.maxConnections = maxConnections
+        self.handshakeTimeout = handshakeTimeout
+    }
+
+    /// 128, or a quarter of the soft descriptor limit when that is lower: above the most
+    /// streams there can be (`max_streams` is at most 64), far below the 1024 a session usually gets.
+    public static var defaultMaxConnections: Int {
+        var limit = rlimit()
+        // RLIM_INFINITY is the largest rlim_t, so it takes the 128 too.
+        guard getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit) == 0 else { return 128 }
+        return Int(min(128, max(8, limit.rlim_cur / 4)))
     }
 }
 
@@ -63,27 +81,40 @@ public final class ListenServer: Service, Sendable {
     /// Where clients connect, e.g. `ws://127.0.0.1:8765` (the bound port, also when 0 was asked).
     public let address: String
     public let port: Int
-    private let serverChannel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>
+    private let serverChannel: NIOAsyncChannel<PendingConnection, Never>
     private let settings: ListenServerSettings
     private let recognizer: any Recognizer
     private let logger: Logger
-    private let slots: StreamSlots
+    private let slots: Slots
+    private let connections: Slots
 
     /// A handshake's outcome, as the pipeline hands it to `run()`.
     enum Upgrade: Sendable {
-        case stream(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>, ListenRequest, requestID: String)
+        case stream(NIOAsyncChannel<WebSocketFrame, WebSocketFrame>)
         /// Answered with an HTTP error by ``RefusalResponder``; nothing more to do.
         case refused
     }
 
+    /// An accepted connection, as the pipeline hands it to `run()`.
+    struct PendingConnection: Sendable {
+        /// The request once its checks passed (its session is then `run()`'s to start); fails
+        /// when the request was refused or the connection closed first.
+        let request: EventLoopFuture<AcceptedRequest>
+        /// The upgrade's outcome, once the request has been answered.
+        let upgrade: EventLoopFuture<Upgrade>
+
+        var eventLoop: any EventLoop { upgrade.eventLoop }
+    }
+
     private init(
-        channel: NIOAsyncChannel<EventLoopFuture<Upgrade>, Never>, settings: ListenServerSettings,
-        recognizer: any Recognizer, slots: StreamSlots, logger: Logger
+        channel: NIOAsyncChannel<PendingConnection, Never>, settings: ListenServerSettings,
+        recognizer: any Recognizer, slots: Slots, connections: Slots, logger: Logger
     ) {
         serverChannel = channel
         self.settings = settings
         self.recognizer = recognizer
         self.slots = slots
+        self.connections = connections
         self.logger = logger
         port = channel.channel.localAddress?.port ?? settings.port
         let host = settings.host.contains(":") ? "[\(settings.host)]" : settings.host
@@ -95,24 +126,48 @@ public final class ListenServer: Service, Sendable {
         -> ListenServer
     {
         let sslContext = try settings.tls.map { try NIOSSLContext(configuration: $0) }
-        let slots = StreamSlots(limit: settings.maxStreams)
+        let slots = Slots(limit: settings.maxStreams)
+        let connections = Slots(limit: settings.maxConnections)
+        let turnedAway = LogThrottle(interval: .seconds(10))
         let key = settings.key
+        let handshakeTimeout = TimeAmount(settings.handshakeTimeout)
+        let maxConnections = settings.maxConnections
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(.backlog, value: 64)
-            .bind(host: settings.host, port: settings.port) { channel in
-                channel.eventLoop.makeCompletedFuture {
+            .bind(host: settings.host, port: settings.port) { channel -> EventLoopFuture<PendingConnection> in
+                // Runs before the connection is registered: a refused one never reads a byte.
+                guard connections.acquire() else {
+                    channel.close(promise: nil)
+                    turnedAway.note { count in
+                        logger.warning(
+                            "listen server: too many connections open; new ones are closed at once",
+                            metadata: ["max_connections": "\(maxConnections)", "closed": "\(count)"])
+                    }
+                    return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
+                }
+                channel.closeFuture.whenComplete { _ in connections.release() }
+                let timer = channel.eventLoop.scheduleTask(in: handshakeTimeout) {
+                    logger.debug("listen server: closed a connection that sent no handshake in time")
+                    channel.close(promise: nil)
+                }
+                channel.closeFuture.whenComplete { _ in timer.cancel() }
+                return channel.eventLoop.makeCompletedFuture {
                     if let sslContext {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     }
-                    return try configureHandshake(channel, key: key, slots: slots, logger: logger)
+                    return try configureHandshake(channel, key: key, slots: slots, timer: timer, logger: logger)
                 }
             }
-        return ListenServer(channel: channel, settings: settings, recognizer: recognizer, slots: slots, logger: logger)
+        return ListenServer(
+            channel: channel, settings: settings, recognizer: recognizer, slots: slots, connections: connections,
+            logger: logger)
     }
 
     /// Streams open now.
     public var openStreams: Int { slots.inUse }
+    /// Connections open now: streams, and clients still in their handshake.
+    public var openConnections: Int { connections.inUse }
 
     /// Accepts connections until graceful shutdown or cancellation; each stream is a child task.
     public func run() async throws {
@@ -121,14 +176,16 @@ public final class ListenServer: Service, Sendable {
         try await withGracefulShutdownHandler {
             try await serverChannel.executeThenClose { inbound in
                 try await withThrowingDiscardingTaskGroup { group in
-                    for try await handshake in inbound {
-                        group.addTask {
-                            guard case .stream(let channel, let request, let requestID) = try? await handshake.get()
-                            else { return }
+                    for try await connection in inbound {
+                        // On the connection's event loop: its handshake waits for this task
+                        // (to start the session), never for a shared pool other work may hold.
+                        group.addTask(executorPreference: EventLoopExecutor(connection.eventLoop)) {
+                            // Refused or gone before its request was in: the pipeline answered it.
+                            guard let accepted = try? await connection.request.get() else { return }
                             await ListenStream(
-                                request: request, requestID: requestID, settings: settings, recognizer: recognizer,
-                                logger: logger
-                            ).serve(channel)
+                                request: accepted.request, requestID: accepted.requestID, settings: settings,
+                                recognizer: recognizer, logger: logger
+                            ).serve(accepted, upgrade: connection.upgrade)
                         }
                     }
                 }
@@ -141,11 +198,16 @@ public final class ListenServer: Service, Sendable {
     }
 
     /// The HTTP/1 pipeline with the WebSocket upgrader: the handshake is checked in
-    /// `shouldUpgrade`; a refusal is answered by ``RefusalResponder``.
+    /// `shouldUpgrade`, which then waits for `run()` to start the stream's session (so that an
+    /// engine that cannot take it is answered with an HTTP error, not an upgrade); a refusal is
+    /// answered by ``RefusalResponder``.
     private static func configureHandshake(
-        _ channel: any Channel, key: APIKey?, slots: StreamSlots, logger: Logger
-    ) throws -> EventLoopFuture<Upgrade> {
+        _ channel: any Channel, key: APIKey?, slots: Slots, timer: Scheduled<Void>, logger: Logger
+    ) throws -> PendingConnection {
         let handshake = HandshakeState()
+        let requested = channel.eventLoop.makePromise(of: AcceptedRequest.self)
+        // Never left pending: a refusal or the socket's end leaves `run()` nothing to do.
+        channel.closeFuture.whenComplete { _ in requested.fail(ChannelError.ioOnClosedChannel) }
         let upgrader = NIOTypedWebSocketServerUpgrader<Upgrade>(
             // A client may send up to a second of audio (32 KB) per frame, or more; 1 MB is plenty.
             maxFrameSize: 1 << 20,
@@ -154,50 +216,78 @@ public final class ListenServer: Service, Sendable {
                 let headers = head.headers.map { ($0.name, $0.value) }
                 switch ListenHandshake.evaluate(uri: head.uri, headers: headers, key: key) {
                 case .failure(let refusal):
-                    handshake.set(.refused(refusal, requestID: requestID))
+                    handshake.set(.refused(refusal, requestID: requestID, afterRequest: false))
                     return channel.eventLoop.makeSucceededFuture(nil)
                 case .success(let (request, subprotocol)):
                     guard slots.acquire() else {
-                        handshake.set(.refused(.tooManyStreams, requestID: requestID))
+                        handshake.set(.refused(.tooManyStreams, requestID: requestID, afterRequest: false))
                         return channel.eventLoop.makeSucceededFuture(nil)
                     }
                     // The slot is the connection's for as long as its socket is open.
                     channel.closeFuture.whenComplete { _ in slots.release() }
-                    handshake.set(.accepted(request, requestID: requestID))
-                    var response = HTTPHeaders()
-                    response.add(name: "dg-request-id", value: requestID)
-                    if let subprotocol { response.add(name: "Sec-WebSocket-Protocol", value: subprotocol) }
-                    return channel.eventLoop.makeSucceededFuture(response)
+                    // The request is all in (it has no body): what remains is the server's to do.
+                    timer.cancel()
+                    let decision = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
+                    channel.closeFuture.whenComplete { _ in decision.succeed(nil) }
+                    requested.succeed(
+                        AcceptedRequest(
+                            request: request, requestID: requestID, subprotocol: subprotocol, handshake: handshake,
+                            decision: decision))
+                    return decision.futureResult
                 }
             },
             upgradePipelineHandler: { channel, _ in
                 channel.eventLoop.makeCompletedFuture {
-                    guard case .accepted(let request, let requestID) = handshake.get() else { return .refused }
+                    guard case .accepted = handshake.get() else { return .refused }
                     try channel.pipeline.syncOperations.addHandler(
                         NIOWebSocketFrameAggregator(
                             minNonFinalFragmentSize: 0, maxAccumulatedFrameCount: 256,
                             maxAccumulatedFrameSize: 1 << 22))
-                    let stream = try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(
-                        wrappingChannelSynchronously: channel)
-                    return .stream(stream, request, requestID: requestID)
+                    return .stream(
+                        try NIOAsyncChannel<WebSocketFrame, WebSocketFrame>(wrappingChannelSynchronously: channel))
                 }
             })
         let configuration = NIOTypedHTTPServerUpgradeConfiguration<Upgrade>(
             upgraders: [upgrader],
             notUpgradingCompletionHandler: { channel in
-                channel.eventLoop.makeCompletedFuture {
+                requested.fail(ChannelError.ioOnClosedChannel)
+                return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
                         RefusalResponder(handshake: handshake, key: key, logger: logger))
                     return .refused
                 }
             })
-        return try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(
+        let upgrade = try channel.pipeline.syncOperations.configureUpgradableHTTPServerPipeline(
             configuration: NIOUpgradableHTTPServerPipelineConfiguration(upgradeConfiguration: configuration))
+        return PendingConnection(request: requested.futureResult, upgrade: upgrade)
     }
 }
 
-/// Counts open streams against `max_streams`.
-final class StreamSlots: Sendable {
+/// A request whose checks passed, waiting for its stream's session: ``accept()`` upgrades it,
+/// ``refuse(_:)`` answers it with an HTTP error.
+struct AcceptedRequest: Sendable {
+    let request: ListenRequest
+    let requestID: String
+    let subprotocol: String?
+    fileprivate let handshake: HandshakeState
+    fileprivate let decision: EventLoopPromise<HTTPHeaders?>
+
+    func accept() {
+        handshake.set(.accepted)
+        var response = HTTPHeaders()
+        response.add(name: "dg-request-id", value: requestID)
+        if let subprotocol { response.add(name: "Sec-WebSocket-Protocol", value: subprotocol) }
+        decision.succeed(response)
+    }
+
+    func refuse(_ refusal: ListenRefusal) {
+        handshake.set(.refused(refusal, requestID: requestID, afterRequest: true))
+        decision.succeed(nil)
+    }
+}
+
+/// Counts what is open (streams, connections) against a limit.
+final class Slots: Sendable {
     let limit: Int
     private let used = Atomic<Int>(0)
 
@@ -223,8 +313,10 @@ final class StreamSlots: Sendable {
 final class HandshakeState: Sendable {
     enum Decision: Sendable {
         case none
-        case accepted(ListenRequest, requestID: String)
-        case refused(ListenRefusal, requestID: String)
+        case accepted
+        /// `afterRequest`: decided once the whole request was read (the upgrader consumed its
+        /// end, which the responder then never sees), so the refusal is answered at once.
+        case refused(ListenRefusal, requestID: String, afterRequest: Bool)
     }
     private let decision = Mutex(Decision.none)
 
@@ -242,6 +334,7 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
     private let key: APIKey?
     private let logger: Logger
     private var refusal: (ListenRefusal, String)?
+    private var responded = false
 
     init(handshake: HandshakeState, key: APIKey?, logger: Logger) {
         self.handshake = handshake
@@ -249,12 +342,18 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
         self.logger = logger
     }
 
+    func handlerAdded(context: ChannelHandlerContext) {
+        if case .refused(let refusal, let requestID, afterRequest: true) = handshake.get() {
+            respond(context: context, refusal, requestID: requestID)
+        }
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         switch unwrapInboundIn(data) {
         case .head(let head):
             // A request the upgrader looked at never comes here with its head (NIO does not
             // buffer it), only with its end: see below.
-            if case .refused(let refusal, let requestID) = handshake.get() {
+            if case .refused(let refusal, let requestID, _) = handshake.get() {
                 self.refusal = (refusal, requestID)
             } else {
                 // Not an upgrade request (or not one the upgrader looked at): same checks, and a
@@ -269,7 +368,7 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
         case .body:
             break
         case .end:
-            if self.refusal == nil, case .refused(let refusal, let requestID) = handshake.get() {
+            if self.refusal == nil, case .refused(let refusal, let requestID, _) = handshake.get() {
                 self.refusal = (refusal, requestID)
             }
             guard let (refusal, requestID) = self.refusal else { return }
@@ -279,6 +378,9 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
     }
 
     private func respond(context: ChannelHandlerContext, _ refusal: ListenRefusal, requestID: String) {
+        // One answer per connection, which then closes.
+        guard !responded else { return }
+        responded = true
         // Status, request id and error only: never a header value (a key) of the request.
         logger.info(
             "listen server refused a stream",
@@ -291,11 +393,46 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
         headers.add(name: "dg-request-id", value: requestID)
         headers.add(name: "dg-error", value: refusal.message)
         if refusal.status == 426 { headers.add(name: "Upgrade", value: "websocket") }
+        if let seconds = refusal.retryAfter { headers.add(name: "Retry-After", value: String(seconds)) }
         let head = HTTPResponseHead(
             version: .http1_1, status: HTTPResponseStatus(statusCode: refusal.status), headers: headers)
         context.write(wrapOutboundOut(.head(head)), promise: nil)
         context.write(wrapOutboundOut(.body(.byteBuffer(context.channel.allocator.buffer(string: body)))), promise: nil)
         let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
+    }
+}
+
+/// Lets a repeated event be logged at most once per interval, with how often it happened since.
+final class LogThrottle: Sendable {
+    private let interval: TimeAmount
+    private let state = Mutex((count: 0, next: NIODeadline.uptimeNanoseconds(0)))
+
+    init(interval: TimeAmount) { self.interval = interval }
+
+    /// Counts one occurrence; calls `log` with the count so far when the interval has passed.
+    func note(_ log: (Int) -> Void) {
+        let due = state.withLock { state -> Int? in
+            state.count += 1
+            let now = NIODeadline.now()
+            guard now >= state.next else { return nil }
+            state.next = now + interval
+            defer { state.count = 0 }
+            return state.count
+        }
+        if let due { log(due) }
+    }
+}
+
+/// Runs tasks on one event loop.
+final class EventLoopExecutor: TaskExecutor {
+    private let loop: any EventLoop
+
+    init(_ loop: any EventLoop) { self.loop = loop }
+
+    func enqueue(_ job: consuming ExecutorJob) {
+        let job = UnownedJob(job)
+        let executor = asUnownedTaskExecutor()
+        loop.execute { job.runSynchronously(on: executor) }
     }
 }

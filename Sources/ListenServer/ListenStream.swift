@@ -29,9 +29,41 @@ struct ListenStream {
 
     typealias Signal = StreamMachine.Event
 
-    func serve(_ channel: NIOAsyncChannel<WebSocketFrame, WebSocketFrame>) async {
+    /// Starts the stream's session, then upgrades the request and serves the stream; an engine
+    /// that cannot take the session (pocketsphinx serving dictation) gets the request refused
+    /// with 503, so no session of another client is ever ended for this one.
+    func serve(_ accepted: AcceptedRequest, upgrade: EventLoopFuture<ListenServer.Upgrade>) async {
         var logger = logger
         logger[metadataKey: "request_id"] = "\(requestID)"
+        let (signals, signal) = AsyncStream.makeStream(of: Signal.self)
+        let (outgoing, out) = AsyncStream.makeStream(
+            of: WebSocketFrame.self, bufferingPolicy: .bufferingOldest(Self.outgoingLimit))
+        let clock = StreamClock()
+        // Events before the upgrade wait in `outgoing` for the writer.
+        let sink = StreamSink(
+            translator: ResultsTranslator(request: request, requestID: requestID, model: settings.model),
+            clock: clock, out: out, onOverflow: { signal.yield(.overflow) })
+
+        let session: any RecognitionSession
+        do throws(RecognitionError) {
+            session = try await recognizer.startSession(request.sessionOptions, events: sink)
+        } catch {
+            if error.kind == .busy {
+                logger.notice("listen stream refused: the engine is busy", metadata: ["reason": "\(error.message)"])
+                accepted.refuse(.engineBusy(error.message))
+            } else {
+                logger.error("listen stream: the engine did not start", metadata: ["error": "\(error.message)"])
+                accepted.refuse(.engineUnavailable(error.message))
+            }
+            return
+        }
+        accepted.accept()
+        guard case .stream(let channel) = try? await upgrade.get() else {
+            // The client left before the upgrade: its session ends unused.
+            session.cancel()
+            try? await session.run()
+            return
+        }
         logger.info(
             "listen stream opened",
             metadata: [
@@ -40,36 +72,26 @@ struct ListenStream {
             ])
         do {
             try await channel.executeThenClose { inbound, outbound in
-                await serve(inbound: inbound, outbound: outbound, logger: logger)
+                await serve(
+                    inbound: inbound, outbound: outbound, session: session, clock: clock,
+                    outgoing: (outgoing, out), signals: (signals, signal), logger: logger)
             }
         } catch {
             logger.debug("listen stream socket", metadata: ["error": "\(error)"])
         }
+        // Also when the socket failed before the stream's tasks ran.
+        session.cancel()
     }
 
     private func serve(
         inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
-        logger: Logger
+        session: any RecognitionSession, clock: StreamClock,
+        outgoing: (stream: AsyncStream<WebSocketFrame>, continuation: AsyncStream<WebSocketFrame>.Continuation),
+        signals: (stream: AsyncStream<Signal>, continuation: AsyncStream<Signal>.Continuation), logger: Logger
     ) async {
-        let (signals, signal) = AsyncStream.makeStream(of: Signal.self)
-        let (outgoing, out) = AsyncStream.makeStream(
-            of: WebSocketFrame.self, bufferingPolicy: .bufferingOldest(Self.outgoingLimit))
-        let clock = StreamClock()
-        let sink = StreamSink(
-            translator: ResultsTranslator(request: request, requestID: requestID, model: settings.model),
-            clock: clock, out: out, onOverflow: { signal.yield(.overflow) })
+        let (outgoing, out) = outgoing
+        let (signals, signal) = signals
         let created = Date()
-
-        let session: any RecognitionSession
-        do throws(RecognitionError) {
-            session = try await recognizer.startSession(request.sessionOptions, events: sink)
-        } catch {
-            logger.error("listen stream: the engine did not start", metadata: ["error": "\(error.message)"])
-            try? await outbound.write(
-                Frames.close(1011, "NET-0000: the local engine could not start: \(error.message)"))
-            return
-        }
-
         clock.touch()
         let idleTimeout = settings.idleTimeout
         let flushTimeout = settings.flushTimeout

@@ -47,7 +47,9 @@ public struct PocketSphinxModel: Sendable, Equatable {
 /// The offline engine: pocketsphinx with a model loaded once and reused by every session.
 ///
 /// The decoder blocks, so it lives on a thread of its own and takes work from a queue; one
-/// session at a time owns it (the service never runs two).
+/// session at a time owns it. Another session asked for meanwhile (a D-Bus dictation, a
+/// `/v1/listen` stream) is refused with `busy`: a session is never ended by one that starts
+/// after it.
 ///
 /// Backlog policy: the queue holds at most `maxQueuedAudio` of audio (30 s by default), counted
 /// in samples across the recognizer. A ``RecognitionSession/send(_:)`` that would go past it
@@ -166,7 +168,7 @@ public final class PocketSphinxRecognizer: Recognizer {
         _ options: SessionOptions, events: any RecognitionEventSink
     ) async throws(RecognitionError) -> any RecognitionSession {
         try await load()
-        return decoder.begin(interimResults: options.interimResults, events: events)
+        return try decoder.begin(interimResults: options.interimResults, servedTo: options.servedTo, events: events)
     }
 
     /// Loads a model and reports whether it worked; for `sttd --check-model` in a child process.
@@ -268,6 +270,9 @@ final class DecoderThread: Sendable {
 
     let queue: JobQueue<Job>
     let logger: Logger
+    /// The session that owns the decoder, from ``begin(interimResults:servedTo:events:)`` until
+    /// it has ended, and whom it serves.
+    private let owner = Mutex<(session: ObjectIdentifier, servedTo: String)?>(nil)
 
     init(maxQueuedSamples: Int, logger: Logger) {
         self.logger = logger
@@ -289,10 +294,36 @@ final class DecoderThread: Sendable {
         try result.get()
     }
 
-    func begin(interimResults: Bool, events: any RecognitionEventSink) -> LocalSession {
+    /// Gives the decoder to a new session, decided here rather than on the decoder thread so
+    /// that the caller learns it at once; throws `busy` while another session holds it.
+    func begin(interimResults: Bool, servedTo: String, events: any RecognitionEventSink) throws(RecognitionError)
+        -> LocalSession
+    {
         let session = LocalSession(decoder: self, interimResults: interimResults, events: events)
+        let holder = owner.withLock { owner -> String? in
+            if let owner { return owner.servedTo }
+            owner = (ObjectIdentifier(session), servedTo)
+            return nil
+        }
+        if let holder { throw Self.busy(holder) }
         queue.push(.begin(session))
         return session
+    }
+
+    /// Frees the decoder for the next session; called once `session` has ended, before its
+    /// `run()` returns, so that whoever waited for that can start another at once.
+    func release(_ session: LocalSession) {
+        owner.withLock { owner in
+            if owner?.session == ObjectIdentifier(session) { owner = nil }
+        }
+    }
+
+    static func busy(_ holder: String) -> RecognitionError {
+        // Authorized: the engine works, it is only taken (what AuthorizationStatus should say).
+        RecognitionError(
+            .busy,
+            "The offline engine (pocketsphinx) decodes one session at a time, and \(holder) is using it now. Try again once that has ended, or choose the sherpa-onnx engine ([local] engine = \"sherpa-onnx\"), which serves several sessions at once.",
+            authorization: .authorized)
     }
 }
 
@@ -397,6 +428,7 @@ final class LocalSession: RecognitionSession {
 
     /// Called on the decoder thread after the session's last event; the first outcome counts.
     func complete(_ outcome: Result<Void, RecognitionError>) {
+        decoder.release(self)
         let runners = state.withLock { state -> [Runner] in
             if case .ended = state.phase { return [] }
             state.phase = .ended(outcome)
@@ -456,7 +488,11 @@ private final class DecoderWorker {
                         .failure(RecognitionError(.backendUnavailable, "The offline model is not loaded.")))
                     continue
                 }
-                if let current { end(current, lastFinal: false) }
+                guard current == nil else {
+                    // begin() admits one session at a time: the one decoding is never ended for it.
+                    session.complete(.failure(DecoderThread.busy("another session")))
+                    continue
+                }
                 current = session
                 decoder.startStream()
                 decoder.startUtterance()

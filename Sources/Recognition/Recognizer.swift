@@ -60,11 +60,18 @@ public struct SessionOptions: Sendable, Equatable {
     public var language: String
     public var interimResults: Bool
     public var keyterms: [String]
+    /// Whom the session serves, as an engine that is busy with it names it to others: "dictation"
+    /// (D-Bus) or "a /v1/listen stream".
+    public var servedTo: String
 
-    public init(language: String = "en-US", interimResults: Bool = true, keyterms: [String] = []) {
+    public init(
+        language: String = "en-US", interimResults: Bool = true, keyterms: [String] = [],
+        servedTo: String = "dictation"
+    ) {
         self.language = language
         self.interimResults = interimResults
         self.keyterms = keyterms
+        self.servedTo = servedTo
     }
 }
 
@@ -78,6 +85,8 @@ public struct RecognitionError: Error, Sendable, Equatable, CustomStringConverti
         case backendUnavailable
         /// The configuration cannot work.
         case invalidConfiguration
+        /// The engine is serving as many sessions as it can; another may start once one ends.
+        case busy
         /// Anything else.
         case failed
     }

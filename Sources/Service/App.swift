@@ -200,10 +200,9 @@ public enum SttdApp {
     /// Binds the local `/v1/listen` server over the local engine when `[server] listen` is set;
     /// nil (nothing runs) when it is empty.
     ///
-    /// pocketsphinx decodes one session at a time (a new session ends the one before), so with
-    /// it the server takes one stream at a time (`max_streams` is lowered to 1, logged); a
-    /// second client gets 429, and a D-Bus session that starts meanwhile ends the stream with
-    /// 1011 (retryable).
+    /// pocketsphinx decodes one session at a time and refuses another meanwhile, so with it the
+    /// server takes one stream at a time (`max_streams` is lowered to 1, logged): a second client
+    /// gets 429, a client during dictation 503, and a D-Bus Start during a stream `Busy`.
     static func startListenServer(
         _ server: Configuration.Server, local: any Recognizer, localSettings: Configuration.Local, logger: Logger
     ) async throws(StartupError) -> ListenServer? {

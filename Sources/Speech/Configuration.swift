@@ -342,18 +342,8 @@ public struct Configuration: Sendable, Equatable {
         }
     }
 
-    /// Whether a URL host is this machine's loopback: `localhost`, an IPv4 literal in 127.0.0.0/8
-    /// or `::1`. Names are not resolved: `127.evil.example` is a remote host.
-    public static func isLoopback(_ host: String) -> Bool {
-        let bare = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]")).lowercased()
-        if bare == "localhost" { return true }
-        var v4 = in_addr()
-        // inet_pton takes only the dotted-quad form, so "127.1" or "127.0.0.1.example" do not parse.
-        if inet_pton(AF_INET, bare, &v4) == 1 { return UInt32(bigEndian: v4.s_addr) >> 24 == 127 }
-        var v6 = in6_addr()
-        guard inet_pton(AF_INET6, bare, &v6) == 1 else { return false }
-        return withUnsafeBytes(of: &v6) { bytes in bytes.dropLast().allSatisfy { $0 == 0 } && bytes.last == 1 }
-    }
+    /// Whether a URL host is this machine's loopback (see ``Loopback/contains(_:)``).
+    public static func isLoopback(_ host: String) -> Bool { Loopback.contains(host) }
 }
 
 /// Reads typed keys from a TOML table and remembers which were read, to refuse unknown ones.

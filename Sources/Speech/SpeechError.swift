@@ -52,6 +52,7 @@ public struct SpeechError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notAuthorized: self.init(.notAuthorized, error.message)
         case .backendUnavailable: self.init(.backendUnavailable, error.message)
         case .invalidConfiguration: self.init(.invalidConfiguration, error.message)
+        case .busy: self.init(.busy, error.message)
         case .failed: self.init(.internal, error.message)
         }
     }

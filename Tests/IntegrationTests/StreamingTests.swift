@@ -11,6 +11,28 @@ extension Integration {
             "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\nreconnect_attempts = 5\n"
         }
 
+        /// With every proxy variable pointing at a real proxy, sttd streams to a server on
+        /// loopback directly: the proxy sees no CONNECT, so the key never leaves the machine.
+        @Test func aLoopbackServerIsNeverReachedThroughAProxy() async throws {
+            let server = try await DeepgramTestServer()
+            let proxy = try ConnectProxy()
+            defer { proxy.stop() }
+            let proxyURL = "http://127.0.0.1:\(proxy.port)"
+            let sttd = try await SttdFixture(
+                config: Self.config(server),
+                environment: [
+                    "STTD_API_KEY": server.script.key, "http_proxy": proxyURL, "https_proxy": proxyURL,
+                    "all_proxy": proxyURL, "HTTP_PROXY": proxyURL, "ALL_PROXY": proxyURL,
+                ])
+            try await sttd.call("StartTranscribing", [.vardict([])])
+            try sttd.pulse.play(try LibriVox.recordings()[0].path)
+            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(!transcript.isEmpty)
+            #expect(transcript == server.finalsSent.filter { !$0.isEmpty }.joined(separator: " "))
+            #expect(proxy.requestedTargets == [], "the stream went through the proxy")
+            #expect(server.connections.contains { $0.upgraded })
+        }
+
         /// A LibriVox file through PulseAudio into sttd, streamed to the loopback server: the
         /// transcript is what the server sent for the whole file, and the key shows up nowhere.
         @Test func dictatesThroughPulseAudioToTheServerAndNeverShowsTheKey() async throws {

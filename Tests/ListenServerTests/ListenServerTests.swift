@@ -17,7 +17,7 @@ struct ListenServerProtocolTests {
                 "sample_rate=8000", "sample_rate=sixteen", "channels=2", "encoding=opus", "interim_results=True",
                 "vad_events=yes", "endpointing=soon", "utterance_end_ms=-5",
             ] {
-                let response = try rawHTTP(port: server.port, upgradeRequest("/v1/listen?\(query)"))
+                let response = try await rawHTTP(port: server.port, upgradeRequest("/v1/listen?\(query)"))
                 #expect(response.status == 400, "\(query)")
                 #expect(response.headers["dg-error"]?.isEmpty == false, "\(query): \(response.headers)")
                 #expect(response.headers["dg-request-id"]?.isEmpty == false)
@@ -27,19 +27,19 @@ struct ListenServerProtocolTests {
                 #expect((body["err_msg"] as? String)?.isEmpty == false)
                 #expect(body["request_id"] as? String == response.headers["dg-request-id"])
             }
-            let sampleRate = try rawHTTP(port: server.port, upgradeRequest("/v1/listen?sample_rate=44100"))
+            let sampleRate = try await rawHTTP(port: server.port, upgradeRequest("/v1/listen?sample_rate=44100"))
             #expect(sampleRate.headers["dg-error"]?.contains("16000") == true)
             // Unknown parameters, a foreign model, keyterms and the rest are accepted.
-            let accepted = try rawHTTP(
+            let accepted = try await rawHTTP(
                 port: server.port,
                 upgradeRequest(
                     "/v1/listen?encoding=linear16&sample_rate=16000&channels=1&model=nova-3&language=en-US&keyterm=sttd&keyterm=moonshine&punctuate=true&smart_format=true&endpointing=300&utterance_end_ms=1000&vad_events=true&made_up=1"
                 ))
             #expect(accepted.status == 101)
             #expect(accepted.headers["dg-request-id"]?.isEmpty == false)
-            #expect(try rawHTTP(port: server.port, upgradeRequest("/v2/other")).status == 404)
+            #expect(try await rawHTTP(port: server.port, upgradeRequest("/v2/other")).status == 404)
             // A plain GET is told to upgrade.
-            let plain = try rawHTTP(port: server.port, "GET /v1/listen HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            let plain = try await rawHTTP(port: server.port, "GET /v1/listen HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
             #expect(plain.status == 426)
         }
     }
@@ -53,17 +53,17 @@ struct ListenServerProtocolTests {
                 ["Authorization: \(Self.key)"], ["Sec-WebSocket-Protocol: token, wrong-key"],
                 ["Sec-WebSocket-Protocol: bearer, \(Self.key)"],
             ] {
-                let response = try rawHTTP(port: server.port, upgradeRequest(target, headers: headers))
+                let response = try await rawHTTP(port: server.port, upgradeRequest(target, headers: headers))
                 #expect(response.status == 401, "\(headers)")
                 let body = try JSONSerialization.jsonObject(with: Data(response.body.utf8)) as? [String: Any]
                 #expect(body?["err_code"] as? String == "INVALID_AUTH", "\(headers)")
                 #expect(!response.body.contains(Self.key), "the key never comes back")
                 #expect(response.headers["dg-error"]?.isEmpty == false)
             }
-            let header = try rawHTTP(
+            let header = try await rawHTTP(
                 port: server.port, upgradeRequest(target, headers: ["Authorization: Token \(Self.key)"]))
             #expect(header.status == 101)
-            let subprotocol = try rawHTTP(
+            let subprotocol = try await rawHTTP(
                 port: server.port, upgradeRequest(target, headers: ["Sec-WebSocket-Protocol: token, \(Self.key)"]))
             #expect(subprotocol.status == 101)
             #expect(subprotocol.headers["sec-websocket-protocol"] == "token")

@@ -249,7 +249,18 @@ func withServer<Result: Sendable>(
 
 /// A raw HTTP/1.1 exchange on loopback: sends `request`, returns the response head's status line
 /// and headers, and the body (up to the connection's end, for refusals with `Connection: close`).
-func rawHTTP(port: Int, _ request: String, timeout: TimeInterval = 5) throws -> (
+/// The blocking socket calls run on a thread of their own: the server answers a handshake from a
+/// task, which a test holding both of a 2-core machine's pool threads would stall.
+func rawHTTP(port: Int, _ request: String, timeout: TimeInterval = 15) async throws -> (
+    status: Int, headers: [String: String], body: String
+) {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try blockingHTTP(port: port, request, timeout: timeout) }) }
+            .start()
+    }
+}
+
+private func blockingHTTP(port: Int, _ request: String, timeout: TimeInterval) throws -> (
     status: Int, headers: [String: String], body: String
 ) {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

@@ -173,7 +173,7 @@ struct DeepgramProtocolTests {
 
     @Test func proxyComesFromTheEnvironment() throws {
         let secure = try #require(URL(string: "wss://api.deepgram.com/v1/listen"))
-        let plain = try #require(URL(string: "ws://127.0.0.1:8080/v1/listen"))
+        let plain = try #require(URL(string: "ws://stt.lan:8080/v1/listen"))
         #expect(ProxySettings.forURL(secure, environment: [:]) == nil)
         #expect(
             ProxySettings.forURL(secure, environment: ["https_proxy": "http://proxy.lan:3128"])
@@ -197,6 +197,23 @@ struct DeepgramProtocolTests {
             ProxySettings.forURL(secure, environment: ["https_proxy": "http://p:1", "NO_PROXY": "notdeepgram.com"])
                 != nil)
         #expect(ProxySettings.forURL(secure, environment: ["https_proxy": "ftp://p:1"]) == nil)
+    }
+
+    /// A proxy would carry the key (and audio) off the machine, in cleartext for ws://.
+    @Test func loopbackNeverGoesThroughAProxy() throws {
+        let proxies = ["http_proxy": "http://p:1", "https_proxy": "http://p:1", "all_proxy": "socks5h://p:1"]
+        for host in [
+            "127.0.0.1", "127.0.0.53", "127.255.255.254", "localhost", "LocalHost", "[::1]", "[::ffff:127.0.0.1]",
+        ] {
+            for scheme in ["ws", "wss"] {
+                let url = try #require(URL(string: "\(scheme)://\(host):8765/v1/listen"))
+                #expect(ProxySettings.forURL(url, environment: proxies) == nil, "\(url)")
+            }
+        }
+        for host in ["127.evil.example", "localhost.example", "128.0.0.1", "[::2]", "10.0.0.1"] {
+            let url = try #require(URL(string: "ws://\(host):8765/v1/listen"))
+            #expect(ProxySettings.forURL(url, environment: proxies)?.host == "p", "\(url)")
+        }
     }
 }
 

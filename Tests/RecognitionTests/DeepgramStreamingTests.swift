@@ -294,22 +294,49 @@ struct DeepgramStreamingTests {
     }
 
     @Test func tunnelsThroughAnHTTPProxyWithTLS() async throws {
-        let certificates = try TestCertificates(hosts: ["localhost"])
+        // A name only the proxy resolves (it connects to 127.0.0.1 whatever the name): a
+        // loopback name would not go through the proxy at all.
+        let certificates = try TestCertificates(hosts: ["stt.test"])
         let server = try await DeepgramTestServer(
-            tls: (certificates.certificate("localhost"), certificates.key("localhost")))
+            tls: (certificates.certificate("stt.test"), certificates.key("stt.test")))
         let proxy = try ConnectProxy()
         defer { proxy.stop() }
         let recognizer = DeepgramRecognizer(
             settings: DeepgramSettings(
-                url: server.url(tls: true), caFile: certificates.caCertificate, backoff: Backoff(maxAttempts: 0)),
+                url: server.url(tls: true, host: "stt.test"), caFile: certificates.caCertificate,
+                backoff: Backoff(maxAttempts: 0)),
             environment: ["STTD_API_KEY": server.script.key, "https_proxy": "http://127.0.0.1:\(proxy.port)"],
             logger: logs.logger())
         let audio = Array(recording.prefix(16_000))
         let (finals, _, _) = try await stream(audio, to: recognizer)
-        #expect(proxy.requestedTargets == ["localhost:\(server.port)"])
+        #expect(proxy.requestedTargets == ["stt.test:\(server.port)"])
         #expect(
             finals.joined(separator: " ").split(separator: " ").map(String.init)
                 == DeepgramTestServer.words(for: wireBytes(audio)))
+    }
+
+    /// With every proxy variable set to a real proxy, a server on loopback is reached directly:
+    /// the proxy sees no CONNECT, so the key never leaves the machine.
+    @Test func loopbackServersAreReachedWithoutTheProxy() async throws {
+        let server = try await DeepgramTestServer()
+        let proxy = try ConnectProxy()
+        defer { proxy.stop() }
+        let proxyURL = "http://127.0.0.1:\(proxy.port)"
+        let environment = [
+            "http_proxy": proxyURL, "https_proxy": proxyURL, "all_proxy": proxyURL, "HTTP_PROXY": proxyURL,
+            "ALL_PROXY": proxyURL,
+        ]
+        let audio = Array(recording.prefix(16_000))
+        for host in ["127.0.0.1", "localhost"] {
+            let (finals, _, _) = try await stream(
+                audio, to: recognizer(server, url: server.url(host: host), environment: environment))
+            #expect(
+                finals.joined(separator: " ").split(separator: " ").map(String.init)
+                    == DeepgramTestServer.words(for: wireBytes(audio)), "\(host)")
+        }
+        #expect(proxy.requestedTargets == [])
+        #expect(server.connections.filter(\.upgraded).count == 2)
+        #expect(server.connections.allSatisfy { $0.header("Authorization") == "Token \(server.script.key)" })
     }
 
     @Test func cancelClosesTheConnectionAtOnce() async throws {
@@ -397,8 +424,9 @@ struct DeepgramStreamingTests {
         let server = try await DeepgramTestServer()
         let proxy = try ConnectProxy(answers: false)
         defer { proxy.stop() }
+        // A name only the proxy would resolve: a loopback one does not go through a proxy.
         let recognizer = recognizer(
-            server, backoff: Backoff(), connectTimeout: .seconds(1),
+            server, url: server.url(host: "stt.test"), backoff: Backoff(), connectTimeout: .seconds(1),
             environment: ["http_proxy": "http://127.0.0.1:\(proxy.port)"])
         let took = await elapsed {
             await #expect(throws: RecognitionError.self) {
@@ -406,7 +434,7 @@ struct DeepgramStreamingTests {
             }
         }
         #expect(took < .seconds(8), "\(took)")
-        #expect(proxy.requestedTargets.first == "127.0.0.1:\(server.port)")
+        #expect(proxy.requestedTargets.first == "stt.test:\(server.port)")
         #expect(server.connections.isEmpty)
     }
 

@@ -124,6 +124,33 @@ struct PocketSphinxTests {
         #expect(checks.load(ordering: .relaxed) == 1, "one model check for every caller")
     }
 
+    /// The engine decodes one session at a time: a second one asked for meanwhile (a
+    /// `/v1/listen` client during dictation) is refused at once with `busy`, naming the one that
+    /// holds it, and the first session goes on to its last final; once it has ended, the next starts.
+    @Test func aSecondSessionIsRefusedAndNeverEndsTheFirst() async throws {
+        let recognizer = try recognizer()
+        let recording = try LibriVox.recordings()[0]
+        let samples = try wavSamples(recording.path)
+        let recorder = EventRecorder()
+        let first = try await recognizer.startSession(SessionOptions(), events: recorder)
+        async let failure = runToEnd(first)
+        send(Array(samples.prefix(samples.count / 2)), to: first)
+        let refusal = await #expect(throws: RecognitionError.self) {
+            _ = try await recognizer.startSession(
+                SessionOptions(servedTo: "a client of sttd's /v1/listen server"), events: EventRecorder())
+        }
+        #expect(refusal?.kind == .busy)
+        #expect(refusal?.message.contains("dictation is using it") == true, "\(refusal?.message ?? "")")
+        send(Array(samples.dropFirst(samples.count / 2)), to: first)
+        first.finish()
+        #expect(await failure == nil)
+        var transcript = Transcript()
+        for result in recorder.results { transcript.apply(result) }
+        let (_, alone) = try await transcribe(samples, with: recognizer)
+        #expect(!transcript.finalText.isEmpty)
+        #expect(transcript.finalText == alone.finalText, "the first session decoded all of its audio")
+    }
+
     @Test func noInterimWhenNotAsked() async throws {
         let recording = try LibriVox.recordings()[1]
         let (results, _) = try await transcribe(try wavSamples(recording.path), with: try recognizer(), interim: false)

@@ -24,9 +24,10 @@ public struct ProxySettings: Sendable, Equatable {
     }
 
     /// The proxy for `url`: `https_proxy` (wss) or `http_proxy` (ws), else `all_proxy`, in lower
-    /// or upper case; none if `no_proxy` lists the host (exactly, as a domain suffix, or `*`).
+    /// or upper case; none if `no_proxy` lists the host (exactly, as a domain suffix, or `*`),
+    /// and never for a loopback host: the proxy would carry the key and audio off the machine.
     public static func forURL(_ url: URL, environment: [String: String]) -> ProxySettings? {
-        guard let host = url.host?.lowercased() else { return nil }
+        guard let host = url.host?.lowercased(), !Loopback.contains(host) else { return nil }
         func variable(_ name: String) -> String? {
             (environment[name] ?? environment[name.uppercased()]).flatMap { $0.isEmpty ? nil : $0 }
         }
