@@ -226,6 +226,8 @@ public final class DBusObject: Sendable {
     /// Calls waiting behind a deferred call of the same sender (connection thread only; the
     /// lock is uncontended). Bounded per sender by ``maxWaitingPerSender``.
     private let waiting = Mutex<[String: [IncomingCall]]>([:])
+    /// Senders with calls waiting for a gate's decision (tests check that none are left behind).
+    var sendersWaiting: Int { waiting.withLock { $0.count } }
     /// How many calls of one sender may wait behind a deferred one; beyond, calls are refused
     /// with `LimitsExceeded` (a client that floods while a prompt is open gains nothing by it).
     static let maxWaitingPerSender = 32

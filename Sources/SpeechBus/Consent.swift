@@ -112,6 +112,7 @@ public final class Consent: Sendable {
             }
             if let departures {
                 group.addTask { [identities] in
+                    // Only the bus's own signals reach here (the subscription checks the sender).
                     for await signal in departures {
                         // A unique name whose owner went away: `(name, old, "")`.
                         guard signal.arguments.count == 3, let name = signal.arguments[0].string,
@@ -131,7 +132,11 @@ public final class Consent: Sendable {
     /// The caller's identity: cached, or read now from the bus's credentials and `/proc`.
     public func identity(of sender: String) async -> AppIdentity {
         if let known = identities.identity(of: sender) { return known }
+        identities.beginReading(sender)
         let identity: AppIdentity
+        // Only an identity read from the bus's credentials is kept: a caller that has already
+        // left cannot be read, and keeping that would keep a name nobody will use again.
+        var keep = false
         do {
             let reply = try await connection.call(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
@@ -141,13 +146,14 @@ public final class Consent: Sendable {
             let uid = credentials.first { $0.key == "UnixUserID" }?.value.uint32
             if let pid, let uid {
                 identity = AppIdentity.of(pid: pid, uid: uid, ownUID: ownUID)
+                keep = true
             } else {
                 identity = .unknown(reason: "the bus gave no process or user id for the caller")
             }
         } catch {
             identity = .unknown(reason: "the caller's credentials could not be read (\(error.message))")
         }
-        identities.store(identity, for: sender)
+        identities.endReading(sender, keeping: keep ? identity : nil)
         logger.info("caller identified", metadata: ["sender": "\(sender)", "identity": "\(identity)"])
         return identity
     }
