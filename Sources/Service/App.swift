@@ -131,7 +131,7 @@ public enum SttdApp {
                 core: core,
                 settings: SpeechSettings(
                     backend: configuration.backend, language: configuration.language, source: configuration.source),
-                consent: consent)
+                consent: consent, logger: logger)
         } catch {
             connection.close()
             throw StartupError(
