@@ -74,7 +74,7 @@ public final class DBusConnection: Sendable {
     ) async throws(DBusError) -> [DBusValue] {
         let message = try OutgoingMessage.methodCall(
             destination: destination, path: path, interface: interface, member: member, arguments: arguments)
-        let timeoutMilliseconds = Int32(clamping: timeout.components.seconds * 1000)
+        let timeoutMilliseconds = Self.milliseconds(timeout)
         let result = await withCheckedContinuation {
             (continuation: CheckedContinuation<Result<[DBusValue], DBusError>, Never>) in
             let box = PendingReply { continuation.resume(returning: $0) }
@@ -82,6 +82,16 @@ public final class DBusConnection: Sendable {
             if !queued { box.complete(.failure(.disconnected("the bus connection is closed"))) }
         }
         return try result.get()
+    }
+
+    /// A call timeout in libdbus's milliseconds: sub-second parts kept, rounded up (0 would time out
+    /// at once), at least 1 ms.
+    static func milliseconds(_ timeout: Duration) -> Int32 {
+        let (seconds, attoseconds) = timeout.components
+        guard seconds >= 0, seconds < Int64(Int32.max / 1000) else { return seconds < 0 ? 1 : Int32.max }
+        let whole = seconds * 1000 + attoseconds / 1_000_000_000_000_000
+        let rest = attoseconds % 1_000_000_000_000_000
+        return Int32(max(1, whole + (rest > 0 ? 1 : 0)))
     }
 
     /// Sends a signal (queued; returns at once).
@@ -112,6 +122,11 @@ public final class DBusConnection: Sendable {
     }
 
     /// Subscribes to signals. The stream ends when the connection closes.
+    ///
+    /// With a `sender`, only signals that sender sent are taken, whether broadcast or sent to this
+    /// connection alone (the bus applies match rules to broadcasts only: any peer can send a
+    /// signal to a unique name). A well-known name is followed to its current owner, as the bus
+    /// announces it, so a service that restarts is still heard and nobody else is.
     public func signals(
         sender: String? = nil, path: String? = nil, interface: String? = nil, member: String? = nil
     ) async throws(DBusError) -> AsyncStream<DBusSignalMessage> {
@@ -121,9 +136,11 @@ public final class DBusConnection: Sendable {
         if let interface { try Validate.interface(interface); rule.append("interface='\(interface)'") }
         if let member { try Validate.member(member); rule.append("member='\(member)'") }
         let matchRule = rule.joined(separator: ",")
+        let from = sender.map(SignalSubscription.Sender.init(name:)) ?? .anyone
+        if case .ownerOf(let name) = from { try await follow(name) }
         let (stream, continuation) = AsyncStream<DBusSignalMessage>.makeStream(bufferingPolicy: .bufferingNewest(1024))
         let subscription = SignalSubscription(
-            path: path, interface: interface, member: member, continuation: continuation)
+            sender: from, path: path, interface: interface, member: member, continuation: continuation)
         let id = subscription.id
         guard loop.perform({ loop in loop.subscriptions[id] = subscription }) else {
             continuation.finish()
@@ -137,20 +154,75 @@ public final class DBusConnection: Sendable {
             interface: "org.freedesktop.DBus", member: "AddMatch", arguments: [.string(matchRule)])
         return stream
     }
+
+    /// Follows who owns the well-known `name` from now on (see ``ConnectionLoop/owners``); returns
+    /// once its current owner is known.
+    private func follow(_ name: String) async throws(DBusError) {
+        guard loop.perform({ loop in loop.owners[name] = loop.owners[name] ?? NameOwner() }) else {
+            throw .disconnected("the bus connection is closed")
+        }
+        // The bus's announcements first, then the current owner: a change between the two is
+        // announced after the answer, and the owner thread takes both in the order they came.
+        _ = try await call(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "AddMatch", arguments: [.string(ConnectionLoop.ownerChangeRule(for: name))])
+        let message = try OutgoingMessage.methodCall(
+            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+            member: "GetNameOwner", arguments: [.string(name)])
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let queued = loop.perform { loop in
+                // Completed on the owner thread, when the answer is dispatched.
+                // The answer is at least as new as any announcement before it.
+                let box = PendingReply { [loop] result in
+                    loop.owners[name]?.owner = (try? result.get())?.first?.string
+                    continuation.resume()
+                }
+                loop.sendWithReply(message, timeout: ConnectionLoop.defaultTimeout, box: box)
+            }
+            if !queued { continuation.resume() }
+        }
+    }
+}
+
+/// Who owns a followed well-known name, as far as the owner thread has heard (nil: nobody).
+struct NameOwner {
+    var owner: String?
 }
 
 /// One subscriber to signals.
 struct SignalSubscription: Sendable {
+    /// Whose signals a subscriber takes.
+    enum Sender: Sendable, Equatable {
+        case anyone
+        /// A unique name, or the bus itself (`org.freedesktop.DBus`, the sender of its own signals).
+        case exactly(String)
+        /// Whoever owns this well-known name at the time.
+        case ownerOf(String)
+
+        init(name: String) {
+            self = name.hasPrefix(":") || name == ConnectionLoop.busDriver ? .exactly(name) : .ownerOf(name)
+        }
+    }
+
     private static let nextID = Atomic<UInt64>(0)
     let id = SignalSubscription.nextID.add(1, ordering: .relaxed).newValue
+    let sender: Sender
     let path: String?
     let interface: String?
     let member: String?
     let continuation: AsyncStream<DBusSignalMessage>.Continuation
 
-    func matches(_ message: Message) -> Bool {
-        (path == nil || path == message.path) && (interface == nil || interface == message.interface)
-            && (member == nil || member == message.member)
+    /// `owner` tells who owns a followed well-known name now.
+    func matches(_ message: Message, owner: (String) -> String?) -> Bool {
+        guard
+            (path == nil || path == message.path) && (interface == nil || interface == message.interface)
+                && (member == nil || member == message.member)
+        else { return false }
+        switch sender {
+        case .anyone: return true
+        case .exactly(let name): return message.sender == name
+        case .ownerOf(let name): return message.sender != nil && message.sender == owner(name)
+        }
     }
 }
 
@@ -240,6 +312,9 @@ final class ConnectionLoop: @unchecked Sendable {
     private var timeouts: [OpaquePointer: ContinuousClock.Instant] = [:]
     var objects: [String: DBusObject] = [:]
     var subscriptions: [UInt64: SignalSubscription] = [:]
+    /// Well-known names whose owner subscribers follow, kept up to date from the bus's
+    /// `NameOwnerChanged` in the order messages arrive.
+    var owners: [String: NameOwner] = [:]
     private var disconnected = false
 
     init(bounds: Bounds = .standard, logger: Logger) throws(DBusError) {
@@ -537,7 +612,8 @@ final class ConnectionLoop: @unchecked Sendable {
             disconnected = true
             return DBUS_HANDLER_RESULT_HANDLED
         }
-        let interested = subscriptions.values.filter { $0.matches(message) }
+        if !owners.isEmpty { noteOwnerChange(message) }
+        let interested = subscriptions.values.filter { $0.matches(message) { self.owners[$0]?.owner } }
         if !interested.isEmpty {
             let signal = DBusSignalMessage(
                 sender: message.sender ?? "", path: message.path ?? "", interface: message.interface ?? "",
@@ -545,6 +621,27 @@ final class ConnectionLoop: @unchecked Sendable {
             for subscription in interested { subscription.continuation.yield(signal) }
         }
         return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+    }
+
+    static let busDriver = "org.freedesktop.DBus"
+    /// libdbus's default call timeout (25 s).
+    static let defaultTimeout: Int32 = 25_000
+
+    /// The match rule for the bus's announcements about `name`'s owner.
+    static func ownerChangeRule(for name: String) -> String {
+        "type='signal',sender='\(busDriver)',path='/org/freedesktop/DBus',interface='\(busDriver)',member='NameOwnerChanged',arg0='\(name)'"
+    }
+
+    /// Takes the bus's word (and only the bus's) that a followed name changed owner.
+    private func noteOwnerChange(_ message: Message) {
+        guard message.sender == Self.busDriver, message.interface == Self.busDriver,
+            message.member == "NameOwnerChanged"
+        else { return }
+        let arguments = message.arguments()
+        guard arguments.count == 3, let name = arguments[0].string, owners[name] != nil,
+            let newOwner = arguments[2].string
+        else { return }
+        owners[name]?.owner = newOwner.isEmpty ? nil : newOwner
     }
 
     private func dispatchToObject(_ message: Message) {

@@ -27,12 +27,16 @@ public struct StartupError: Error, Sendable, CustomStringConvertible {
 public final class SttdApplication: Sendable {
     public let core: SpeechCore
     public let adapter: SpeechBusAdapter
+    public let consent: Consent
     public let connection: DBusConnection
     private let group: ServiceGroup
 
-    fileprivate init(core: SpeechCore, adapter: SpeechBusAdapter, connection: DBusConnection, group: ServiceGroup) {
+    fileprivate init(
+        core: SpeechCore, adapter: SpeechBusAdapter, consent: Consent, connection: DBusConnection, group: ServiceGroup
+    ) {
         self.core = core
         self.adapter = adapter
+        self.consent = consent
         self.connection = connection
         self.group = group
     }
@@ -127,7 +131,7 @@ public enum SttdApp {
                 core: core,
                 settings: SpeechSettings(
                     backend: configuration.backend, language: configuration.language, source: configuration.source),
-                consent: consent)
+                consent: consent, logger: logger)
         } catch {
             connection.close()
             throw StartupError(
@@ -194,7 +198,7 @@ public enum SttdApp {
             configuration: ServiceGroupConfiguration(
                 services: services,
                 gracefulShutdownSignals: shutdownSignals, logger: logger))
-        return SttdApplication(core: core, adapter: adapter, connection: connection, group: group)
+        return SttdApplication(core: core, adapter: adapter, consent: consent, connection: connection, group: group)
     }
 
     /// Binds the local `/v1/listen` server over the local engine when `[server] listen` is set;
@@ -438,6 +442,9 @@ extension SttdApp {
     /// loops an idle sttd sleeps in epoll, and a task that reads or writes a socket usually runs on
     /// that socket's thread already. (Timers go through ``eventLoopSleep(for:)`` for the same reason.)
     public static func runOnEventLoops(configPath: String?) -> Int32 {
+        // Before the loops' threads exist: a thread that allocated before the limit is set keeps
+        // an arena of its own.
+        limitAllocatorRetention()
         NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
         let loop = MultiThreadedEventLoopGroup.singleton.any()
         // The main thread waits for the service's one root task.

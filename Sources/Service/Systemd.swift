@@ -1,10 +1,10 @@
 import DBus
 import Foundation
 import Logging
+import Recognition
 import ServiceLifecycle
 import Speech
 import SpeechAPI
-import Synchronization
 
 /// `sd_notify` without libsystemd: one datagram per message to `$NOTIFY_SOCKET`.
 public struct SystemdNotifier: Sendable {
@@ -69,28 +69,14 @@ struct SystemdService: Service {
         }
         notifier.notify("READY=1\nSTATUS=Serving \(SpeechAPI.busName)")
         if let interval = watchdogInterval {
-            // The period comes from a thread of its own: a pending Task.sleep would wake
-            // libdispatch's manager thread every second.
-            let stopped = Atomic<Bool>(false)
-            let ticks = AsyncStream<Void> { continuation in
-                let thread = Thread {
-                    while !stopped.load(ordering: .relaxed) {
-                        continuation.yield()
-                        Thread.sleep(
-                            forTimeInterval: Double(interval.components.seconds) + Double(
-                                interval.components.attoseconds) / 1e18)
-                    }
-                    continuation.finish()
-                }
-                thread.name = "watchdog"
-                thread.start()
-            }
-            await withGracefulShutdownHandler {
-                for await _ in ticks.cancelOnGracefulShutdown() {
+            // A child task of run(), ended by the shutdown. The period comes from NIO's timers
+            // (``eventLoopSleep(for:)``): a pending Task.sleep would wake libdispatch's manager
+            // thread every second.
+            try? await cancelWhenGracefulShutdown {
+                while true {
                     if await isAlive() { notifier.notify("WATCHDOG=1") }
+                    try await eventLoopSleep(for: interval)
                 }
-            } onGracefulShutdown: {
-                stopped.store(true, ordering: .relaxed)
             }
         } else {
             try? await gracefulShutdown()

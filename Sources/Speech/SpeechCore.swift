@@ -756,3 +756,36 @@ public actor SpeechCore {
         publish(.outputFailed(error))
     }
 }
+
+// MARK: Calls made at once, for callers already on the core
+
+extension SpeechCore {
+    /// ``start(_:reply:)`` made at once, inside ``submit(_:)``: the bus adapter checks there who
+    /// owns the session, and the call it lets through must not queue behind later calls.
+    public func startNow(_ options: StartOptions, reply: @escaping @Sendable (SpeechError?) -> Void) {
+        call({ .start($0, options) }) { outcome, _ in
+            if case .error(let error) = outcome { reply(error) } else { reply(nil) }
+        }
+    }
+
+    /// ``stop(reply:)`` made at once (see ``startNow(_:reply:)``).
+    public func stopNow(reply: @escaping @Sendable (String) -> Void) {
+        call({ .stop($0) }) { _, text in reply(text) }
+    }
+
+    /// ``toggle(_:reply:)`` made at once (see ``startNow(_:reply:)``).
+    public func toggleNow(_ options: StartOptions, reply: @escaping @Sendable (Result<Bool, SpeechError>) -> Void) {
+        call({ .toggle($0, options) }) { outcome, _ in
+            switch outcome {
+            case .error(let error): reply(.failure(error))
+            case .toggled(let listening): reply(.success(listening))
+            default: reply(.success(false))
+            }
+        }
+    }
+
+    /// ``cancel(reply:)`` made at once (see ``startNow(_:reply:)``).
+    public func cancelNow(reply: @escaping @Sendable () -> Void) {
+        call({ .cancel($0) }) { _, _ in reply() }
+    }
+}

@@ -118,7 +118,7 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
         guard access(base, F_OK) == 0 else {
             return .unknown(reason: "the calling process \(pid) is gone")
         }
-        if let info = try? String(contentsOfFile: "\(base)/root/.flatpak-info", encoding: .utf8) {
+        if let info = readSmallFile("\(base)/root/.flatpak-info") {
             guard let id = flatpakAppID(keyfile: info) else {
                 return .unknown(reason: "the Flatpak sandbox of process \(pid) names no valid app")
             }
@@ -128,21 +128,40 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
         if access("\(base)/root/.flatpak-info", F_OK) == 0 {
             return .unknown(reason: "cannot read the Flatpak metadata of process \(pid)")
         }
-        if let label = try? String(contentsOfFile: "\(base)/attr/current", encoding: .utf8),
+        if let label = readSmallFile("\(base)/attr/current"),
             let name = snapName(appArmorLabel: label.trimmingCharacters(in: .whitespacesAndNewlines))
         {
             return .snap(name)
         }
-        if let cgroup = try? String(contentsOfFile: "\(base)/cgroup", encoding: .utf8),
-            let name = snapName(cgroup: cgroup)
-        {
+        if let cgroup = readSmallFile("\(base)/cgroup"), let name = snapName(cgroup: cgroup) {
             return .snap(name)
         }
         // Reading the root failed for a process that exists: it is not ours to inspect.
-        guard (try? FileManager.default.contentsOfDirectory(atPath: "\(base)/root")) != nil else {
+        guard let root = opendir("\(base)/root") else {
             return .unknown(reason: "cannot inspect process \(pid)")
         }
+        closedir(root)
         return .host
+    }
+
+    /// A small file's text (at most `limit` bytes), or nil if it cannot be read.
+    ///
+    /// Plain `read(2)`: `String(contentsOfFile:)` leaks its buffer (4 KB) when reading fails, as
+    /// reading `/proc/PID/attr/current` does without a security module, once per new caller.
+    static func readSmallFile(_ path: String, limit: Int = 64 * 1024) -> String? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while bytes.count < limit {
+            let count = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress, min($0.count, limit - bytes.count)) }
+            if count < 0 && errno == EINTR { continue }
+            guard count >= 0 else { return nil }
+            if count == 0 { break }
+            bytes += chunk[..<count]
+        }
+        return String(decoding: bytes, as: UTF8.self)
     }
 }
 
@@ -154,12 +173,16 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
 /// carry no process fd (`ProcessFD`), so it cannot be closed here; the window is one lookup.
 ///
 /// Bounded: at most ``limit`` entries; when full, the oldest entry is dropped (it is read again
-/// if that caller calls again). Entries go when the bus says their name has gone.
+/// if that caller calls again). Entries go when the bus says their name has gone, and an identity
+/// whose caller left while it was being read is not kept: a table of callers that left would
+/// only grow (to ``limit``) under short-lived peers.
 public final class IdentityCache: Sendable {
     public static let limit = 512
     private struct State {
         var identities: [String: AppIdentity] = [:]
         var order: [String] = []
+        /// Names being read now: how many reads, and whether the bus said the name left meanwhile.
+        var reading: [String: (count: Int, left: Bool)] = [:]
     }
     private let state = Mutex(State())
 
@@ -176,13 +199,33 @@ public final class IdentityCache: Sendable {
         }
     }
 
+    /// Marks the start of reading `uniqueName`'s identity; end it with ``endReading(_:keeping:)``.
+    public func beginReading(_ uniqueName: String) {
+        state.withLock { $0.reading[uniqueName, default: (0, false)].count += 1 }
+    }
+
+    /// Ends a read begun with ``beginReading(_:)``, storing `identity` (if given) unless the name
+    /// left the bus meanwhile.
+    public func endReading(_ uniqueName: String, keeping identity: AppIdentity?) {
+        let left = state.withLock { state -> Bool in
+            guard let reading = state.reading[uniqueName] else { return false }
+            state.reading[uniqueName] = reading.count > 1 ? (reading.count - 1, reading.left) : nil
+            return reading.left
+        }
+        if let identity, !left { store(identity, for: uniqueName) }
+    }
+
     /// Forgets a name the bus has released.
     public func forget(_ uniqueName: String) {
         state.withLock { state in
+            state.reading[uniqueName]?.left = true
             guard state.identities.removeValue(forKey: uniqueName) != nil else { return }
             state.order.removeAll { $0 == uniqueName }
         }
     }
 
     public var count: Int { state.withLock { $0.identities.count } }
+
+    /// Names being read now (tests check that nothing is left behind).
+    public var readingCount: Int { state.withLock { $0.reading.count } }
 }

@@ -14,6 +14,9 @@ import Synchronization
 /// ``ConsentStore``, and under policy `ask` its first `StartTranscribing`, `ToggleTranscribing`
 /// or `RequestAuthorization` asks the user with a notification that has Allow and Deny actions.
 /// That work runs as child tasks of ``run()``, fed through a bounded queue (see ``queueLimit``).
+///
+/// Sandboxed callers never change settings (`Set`) or read history (`GetHistory`: it holds what
+/// was dictated in every app); which session they see and control is the bus adapter's business.
 public final class Consent: Sendable {
     /// The answer to a prompt.
     enum Answer: Sendable, Equatable {
@@ -32,8 +35,15 @@ public final class Consent: Sendable {
         SpeechMethod.startTranscribing.name, SpeechMethod.toggleTranscribing.name,
         SpeechMethod.requestAuthorization.name,
     ]
-    /// Methods for host callers only.
-    static let hostOnly: Set<String> = [SpeechMethod.listAppConsent.name, SpeechMethod.setAppConsent.name]
+    /// Methods for host callers only, with what a sandboxed caller is told.
+    static let hostOnly: [String: String] = [
+        SpeechMethod.listAppConsent.name: appDecisionsAreHostOnly,
+        SpeechMethod.setAppConsent.name: appDecisionsAreHostOnly,
+        SpeechMethod.getHistory.name:
+            "History holds what was dictated in every app, so only programs outside a sandbox can read it (`sttctl history` in a terminal); an app gets its own text from StopTranscribing and TranscriptChanged.",
+    ]
+    static let appDecisionsAreHostOnly =
+        "Only programs outside a sandbox can see or change which apps may use dictation; run `sttctl apps` in a terminal."
 
     public let policy: ConsentPolicy
     public let store: any ConsentStore
@@ -47,6 +57,8 @@ public final class Consent: Sendable {
     /// Apps being asked right now, with the callers waiting for the answer: one prompt per app.
     private let asking = Mutex<[String: [@Sendable (Answer) -> Void]]>([:])
     private let ownUID = getuid()
+    /// Called with each unique name that leaves the bus.
+    private let departureObservers = Mutex<[@Sendable (String) -> Void]>([])
 
     public init(
         connection: DBusConnection, policy: ConsentPolicy, store: any ConsentStore, timeout: Duration,
@@ -96,6 +108,28 @@ public final class Consent: Sendable {
     /// Ends ``run()`` once the queued work is done.
     public func finish() { jobInput.finish() }
 
+    /// Calls `observer` with each unique name that leaves the bus (as the bus itself announces
+    /// it), from ``run()``; it must not block.
+    public func observeDepartures(_ observer: @escaping @Sendable (String) -> Void) {
+        departureObservers.withLock { $0.append(observer) }
+    }
+
+    /// Whether `uniqueName` is still connected to the bus (unique names are never reused: once
+    /// false, always false). True if the bus cannot be asked, so nothing is ended on a guess.
+    public func isConnected(_ uniqueName: String) async -> Bool {
+        do {
+            let reply = try await connection.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "NameHasOwner", arguments: [.string(uniqueName)], timeout: .seconds(5))
+            return reply.first?.boolean ?? true
+        } catch {
+            logger.warning(
+                "cannot ask the bus whether a caller is connected",
+                metadata: ["sender": "\(uniqueName)", "error": "\(error.message)"])
+            return true
+        }
+    }
+
     // MARK: Service
 
     /// Decides queued calls, follows the notification server's answers and forgets callers that
@@ -111,13 +145,15 @@ public final class Consent: Sendable {
                 }
             }
             if let departures {
-                group.addTask { [identities] in
+                group.addTask { [self] in
+                    // Only the bus's own signals reach here (the subscription checks the sender).
                     for await signal in departures {
                         // A unique name whose owner went away: `(name, old, "")`.
                         guard signal.arguments.count == 3, let name = signal.arguments[0].string,
                             name.hasPrefix(":"), signal.arguments[2].string == ""
                         else { continue }
                         identities.forget(name)
+                        for observer in departureObservers.withLock({ $0 }) { observer(name) }
                     }
                 }
             }
@@ -131,7 +167,11 @@ public final class Consent: Sendable {
     /// The caller's identity: cached, or read now from the bus's credentials and `/proc`.
     public func identity(of sender: String) async -> AppIdentity {
         if let known = identities.identity(of: sender) { return known }
+        identities.beginReading(sender)
         let identity: AppIdentity
+        // Only an identity read from the bus's credentials is kept: a caller that has already
+        // left cannot be read, and keeping that would keep a name nobody will use again.
+        var keep = false
         do {
             let reply = try await connection.call(
                 destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
@@ -141,13 +181,14 @@ public final class Consent: Sendable {
             let uid = credentials.first { $0.key == "UnixUserID" }?.value.uint32
             if let pid, let uid {
                 identity = AppIdentity.of(pid: pid, uid: uid, ownUID: ownUID)
+                keep = true
             } else {
                 identity = .unknown(reason: "the bus gave no process or user id for the caller")
             }
         } catch {
             identity = .unknown(reason: "the caller's credentials could not be read (\(error.message))")
         }
-        identities.store(identity, for: sender)
+        identities.endReading(sender, keeping: keep ? identity : nil)
         logger.info("caller identified", metadata: ["sender": "\(sender)", "identity": "\(identity)"])
         return identity
     }
@@ -173,11 +214,8 @@ public final class Consent: Sendable {
         let method = access.kind == .method ? access.member : nil
         // RequestAuthorization answers with the app's status instead of failing.
         let reportsStatus = method == SpeechMethod.requestAuthorization.name
-        if let method, Self.hostOnly.contains(method) {
-            return Self.notAuthorized(
-                "Only programs outside a sandbox can see or change which apps may use dictation; run `sttctl apps` in a terminal."
-            )
-        }
+        if let method, let why = Self.hostOnly[method] { return Self.notAuthorized(why) }
+        if access.kind == .setProperty { return Self.settingsAreHostOnly(access.member) }
         guard let app = identity.appID else {
             if case .unknown(let reason) = identity, !reportsStatus {
                 return Self.notAuthorized("sttd cannot tell which app is calling (\(reason)), so it is not allowed.")
@@ -226,6 +264,17 @@ public final class Consent: Sendable {
 
     static func notAuthorized(_ message: String) -> DBusError {
         DBusError(name: SpeechAPI.errorName("NotAuthorized"), message: message)
+    }
+
+    /// A sandboxed app may not change what every later session uses (it could send the user's
+    /// dictation to another backend); it passes its choices as options of its own session.
+    static func settingsAreHostOnly(_ property: String) -> DBusError {
+        let name = property.isEmpty ? "sttd's settings" : property
+        return DBusError(
+            name: "org.freedesktop.DBus.Error.AccessDenied",
+            message:
+                "Only programs outside a sandbox can change \(name): it applies to every later dictation session. An app passes its choice as a StartTranscribing option (backend, language, source) for its own session instead."
+        )
     }
 
     static func denied(_ app: String) -> DBusError {

@@ -19,40 +19,58 @@ extension SpeechError: DBusErrorRepresentable {
 /// the order they arrived; replies come back from the core's loop. The core's events become
 /// property changes and signals, queued for the bus thread. So a recognizer result crosses two
 /// thread boundaries on its way to `dbus_connection_send`: recognizer thread -> core loop -> bus thread.
+///
+/// A sandboxed caller sees and controls only the session it started (see ``SessionView``); host
+/// callers see and control every session.
 public final class SpeechBusAdapter: Sendable {
     /// The exported object.
     public let object: DBusObject
     private let core: SpeechCore
-    /// Where the current session's signals go: a sandboxed app's unique name, or nil to broadcast.
-    /// Written and read only from the core's events, in order.
-    private let privateDestination = Mutex<String?>(nil)
+    private let view: SessionView
     /// The settings the properties show. A settings event changes only the fields that changed:
     /// the binding already holds a value a client just set, and an event of an earlier `Set`
     /// (carrying the old value of another field) must not put the old value back for a moment.
     private let shownSettings: Mutex<SpeechSettings>
+    private let consent: Consent?
+    private let logger: Logger
 
     /// Declares the object around a core; `settings` are the writable properties' first values.
-    /// With `consent`, its gate guards the interface and sessions are labelled with their app.
-    public init(core: SpeechCore, settings: SpeechSettings, consent: Consent? = nil) throws(DBusError) {
+    /// With `consent`, its gate guards the interface, sessions are labelled with their app, and a
+    /// sandboxed app sees and controls only its own session.
+    public init(
+        core: SpeechCore, settings: SpeechSettings, consent: Consent? = nil, logger: Logger = Logger(label: "sttd")
+    ) throws(DBusError) {
         self.core = core
+        self.consent = consent
+        self.logger = logger
         shownSettings = Mutex(settings)
+        let view = SessionView()
+        self.view = view
         let interface = SpeechAPI.declaration(
             backend: settings.backend.rawValue, language: settings.language, source: settings.source,
-            serve: { method in Self.handler(for: method, core: core, consent: consent) },
+            serve: { method in Self.handler(for: method, core: core, consent: consent, view: view) },
             setter: { property in Self.setter(for: property, core: core) })
         object = try DBusObject(path: SpeechAPI.objectPath, interfaces: [interface])
-        if let consent { object.install(gate: consent.gate) }
+        if let consent {
+            object.install(gate: consent.gate)
+            object.install { access, stored in
+                guard access.interface == SpeechAPI.interface, access.member == SpeechProperty.transcript.name,
+                    Self.isSandboxed(access.sender, consent)
+                else { return .success(stored) }
+                return view.transcript(shownTo: access.sender, reading: access.kind)
+            }
+        }
     }
 
     /// Follows the core's events from now on; call before the core runs.
     public func attach() async {
         await core.observe { [self] event in
+            view.note(event)
             switch event {
             case .client(let client):
-                privateDestination.withLock { $0 = client.privateDestination }
                 object.set(.activeClient, client.name)
+                if let owner = client.privateDestination { stopWhenGone(owner) }
             case .state(.idle):
-                privateDestination.withLock { $0 = nil }
                 object.set(.activeClient, "")
             case .settings(let settings):
                 let before = shownSettings.withLock { shown in
@@ -66,7 +84,38 @@ public final class SpeechBusAdapter: Sendable {
             default:
                 break
             }
-            Self.show(event, on: object, to: privateDestination.withLock { $0 })
+            Self.show(event, on: object, to: view.destination)
+        }
+        consent?.observeDepartures { [self] name in
+            if view.isOwner(name) { ownerLeft(name) }
+        }
+    }
+
+    // MARK: Sessions whose app left
+
+    /// A sandboxed app's session has just opened: if the app has already left the bus (its
+    /// departure may have come before the session), the session stops now; later, its departure does.
+    private func stopWhenGone(_ owner: String) {
+        guard let consent else { return }
+        let queued = consent.enqueue { [self] in
+            if await !consent.isConnected(owner) { ownerLeft(owner) }
+        }
+        if !queued {
+            logger.warning(
+                "cannot check that the app of a new session is still connected; it stops when it leaves the bus",
+                metadata: ["sender": "\(owner)"])
+        }
+    }
+
+    /// Stops the session of `owner`, who left the bus, as `StopTranscribing` would (its finals
+    /// kept in history): nobody else may stop it, and the microphone must not stay on for nobody.
+    private func ownerLeft(_ owner: String) {
+        core.submit { [view, logger] core in
+            guard view.isOwner(owner), core.state != .idle else { return }
+            logger.notice(
+                "the app whose session is running left the bus; stopping the session",
+                metadata: ["sender": "\(owner)"])
+            core.stopNow { _ in }
         }
     }
 
@@ -112,32 +161,68 @@ public final class SpeechBusAdapter: Sendable {
     // MARK: Method calls -> core
 
     /// Each handler runs on the bus thread and must not block: it parses, hands the call to the
-    /// core, and replies when the core answers.
-    static func handler(for method: SpeechMethod, core: SpeechCore, consent: Consent?) -> DBusMethod.Handler {
+    /// core, and replies when the core answers. Calls about the session are decided on the core,
+    /// in one step with the call itself: a sandboxed caller that does not own the running session
+    /// gets `Busy` (see ``SessionView``).
+    static func handler(for method: SpeechMethod, core: SpeechCore, consent: Consent?, view: SessionView)
+        -> DBusMethod.Handler
+    {
         switch method {
         case .startTranscribing:
             return { call, reply in
                 do throws(DBusError) {
-                    var options = try StartOptions(parsing: call.arguments[0])
-                    options.client = client(of: call, consent)
-                    core.start(options) { error in error.map(reply.fail) ?? reply.send([]) }
+                    var parsed = try StartOptions(parsing: call.arguments[0])
+                    parsed.client = client(of: call, consent)
+                    let options = parsed
+                    let sandboxed = isSandboxed(call.sender, consent)
+                    core.submit { core in
+                        if sandboxed, let busy = view.refusal(for: call.sender, listening: core.state != .idle) {
+                            return reply.fail(busy)
+                        }
+                        core.startNow(options) { error in error.map(reply.fail) ?? reply.send([]) }
+                    }
                 } catch {
                     reply.fail(error)
                 }
             }
         case .stopTranscribing:
-            return { _, reply in core.stop { reply.send([.string($0)]) } }
+            return { call, reply in
+                let sandboxed = isSandboxed(call.sender, consent)
+                core.submit { core in
+                    if sandboxed && !view.isOwner(call.sender) {
+                        // Idle: nothing of its own to stop; another's text is never shown.
+                        guard core.state == .idle else { return reply.fail(view.busy) }
+                        return reply.send([.string("")])
+                    }
+                    core.stopNow { reply.send([.string($0)]) }
+                }
+            }
         case .cancelTranscribing:
-            return { _, reply in core.cancel { reply.send([]) } }
+            return { call, reply in
+                let sandboxed = isSandboxed(call.sender, consent)
+                core.submit { core in
+                    if sandboxed, let busy = view.refusal(for: call.sender, listening: core.state != .idle) {
+                        return reply.fail(busy)
+                    }
+                    core.cancelNow { reply.send([]) }
+                }
+            }
         case .toggleTranscribing:
             return { call, reply in
                 do throws(DBusError) {
-                    var options = try StartOptions(parsing: call.arguments[0])
-                    options.client = client(of: call, consent)
-                    core.toggle(options) { result in
-                        switch result {
-                        case .success(let listening): reply.send([.boolean(listening)])
-                        case .failure(let error): reply.fail(error)
+                    var parsed = try StartOptions(parsing: call.arguments[0])
+                    parsed.client = client(of: call, consent)
+                    let options = parsed
+                    let sandboxed = isSandboxed(call.sender, consent)
+                    core.submit { core in
+                        if sandboxed, let busy = view.refusal(for: call.sender, listening: core.state != .idle) {
+                            return reply.fail(busy)
+                        }
+                        core.toggleNow(options) { result in
+                            switch result {
+                            case .success(let listening): reply.send([.boolean(listening)])
+                            case .failure(let error): reply.fail(error)
+                            }
                         }
                     }
                 } catch {
@@ -145,8 +230,14 @@ public final class SpeechBusAdapter: Sendable {
                 }
             }
         case .resetTranscript:
-            return { _, reply in
+            return { call, reply in
+                let sandboxed = isSandboxed(call.sender, consent)
                 core.submit { core in
+                    if sandboxed && !view.isOwner(call.sender) {
+                        // Idle: its own transcript (as it sees it) is empty already.
+                        guard core.state == .idle else { return reply.fail(view.busy) }
+                        return reply.send([])
+                    }
                     core.resetTranscript()
                     reply.send([])
                 }
@@ -246,11 +337,16 @@ public final class SpeechBusAdapter: Sendable {
 
     /// Who is starting a session: the app (its session then reports to it alone) or the host.
     static func client(of call: DBusMethodCall, _ consent: Consent?) -> SessionClient {
-        // The gate identified the caller before its call got here.
-        guard let identity = consent?.identities.identity(of: call.sender), identity.isSandboxed else {
-            return SessionClient(name: SpeechAPI.hostClient)
-        }
-        return SessionClient(name: identity.description, privateDestination: call.sender)
+        guard isSandboxed(call.sender, consent) else { return SessionClient(name: SpeechAPI.hostClient) }
+        let name = consent?.identities.identity(of: call.sender)?.description ?? "unknown"
+        return SessionClient(name: name, privateDestination: call.sender)
+    }
+
+    /// Whether a caller gets a sandboxed app's view. The gate identified the caller before its
+    /// call got here; one no longer known (the cache is bounded) is not taken for the host.
+    static func isSandboxed(_ sender: String, _ consent: Consent?) -> Bool {
+        guard let consent else { return false }
+        return consent.identities.identity(of: sender) != .host
     }
 
     // MARK: Property writes -> core settings
@@ -279,6 +375,73 @@ public final class SpeechBusAdapter: Sendable {
                 core.update(settings)
             }
             return value
+        }
+    }
+}
+
+/// Whose session is running, as the core's events tell it, and what a sandboxed caller may see of
+/// it: the session it started is its own; any other session (another app's or the host's) it may
+/// neither see nor control, and the text such a session left behind it never sees.
+///
+/// Updated from the core's events, in their order on the core's executor; read there (by the
+/// handlers, together with the core's state) and on the bus thread (property reads).
+final class SessionView: Sendable {
+    private struct State {
+        /// Who started the current session, or the last one (its transcript is still shown); nil
+        /// before the first.
+        var client: SessionClient?
+        /// Where the running session's signals go: a sandboxed app's unique name, or nil to broadcast.
+        var destination: String?
+        /// A session is running (`State` is not `idle`).
+        var listening = false
+        /// The transcript as the core last published it, kept with its owner so that a read
+        /// never pairs one session's text with another's owner.
+        var transcript = ""
+    }
+    private let state = Mutex(State())
+
+    let busy = SpeechError.busy(
+        "Another program's dictation session is running, and an app sees and controls only its own session. Try again once it has ended."
+    )
+
+    func note(_ event: SpeechEvent) {
+        switch event {
+        case .client(let client):
+            state.withLock {
+                $0.client = client
+                $0.destination = client.privateDestination
+            }
+        case .state(let now):
+            state.withLock {
+                $0.listening = now != .idle
+                if now == .idle { $0.destination = nil }
+            }
+        case .transcript(let text, _):
+            state.withLock { $0.transcript = text }
+        default:
+            break
+        }
+    }
+
+    /// Where the running session's signals go (nil: broadcast).
+    var destination: String? { state.withLock { $0.destination } }
+
+    /// Whether the current (or last) session is `sender`'s, a sandboxed app's.
+    func isOwner(_ sender: String) -> Bool { state.withLock { $0.client?.privateDestination == sender } }
+
+    /// `Busy` for a sandboxed caller while a session not its own runs; nil to let the call through.
+    func refusal(for sender: String, listening: Bool) -> SpeechError? {
+        listening && !isOwner(sender) ? busy : nil
+    }
+
+    /// The `Transcript` a sandboxed caller reads: its own session's text; while another session
+    /// runs, `Busy` (an empty string in `GetAll`, which must still show the other properties);
+    /// otherwise empty.
+    func transcript(shownTo sender: String, reading kind: DBusAccess.Kind) -> Result<DBusValue, DBusError> {
+        state.withLock { state in
+            if state.client?.privateDestination == sender { return .success(.string(state.transcript)) }
+            if state.listening && kind == .getProperty { return .failure(busy.dbusError) }
+            return .success(.string(""))
         }
     }
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/python3
 """Sends random, mostly malformed method calls to sttd from an independent client (dbus-python).
 
-usage: fuzz.py BUS_ADDRESS CALLS SEED
+usage: fuzz.py BUS_ADDRESS CALLS SEED [CALLS_PER_CONNECTION]
+With CALLS_PER_CONNECTION, each run of that many calls comes from a new connection (short-lived
+callers, as a conformance checker's are); by default all calls share one.
 Prints one JSON object: calls sent, replies, errors by name, calls the client library refused to
 build, and calls that got no reply at all (which must be none).
 """
@@ -170,10 +172,16 @@ def random_call(rng):
 
 def main():
     address, count, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    per_connection = int(sys.argv[4]) if len(sys.argv) > 4 else 0
     rng = random.Random(seed)
     bus = dbus.bus.BusConnection(address)
     summary = {"calls": 0, "replies": 0, "errors": {}, "unbuildable": 0, "no_reply": 0}
+    on_connection = 0
     while summary["calls"] < count:
+        if per_connection and on_connection == per_connection:
+            bus.close()
+            bus = dbus.bus.BusConnection(address)
+            on_connection = 0
         path, interface, member, signature, values = random_call(rng)
         try:
             message = dbus.lowlevel.MethodCallMessage(NAME, path, interface, member)
@@ -183,6 +191,7 @@ def main():
             summary["unbuildable"] += 1
             continue
         summary["calls"] += 1
+        on_connection += 1
         try:
             bus.send_message_with_reply_and_block(message, 30.0)
             summary["replies"] += 1

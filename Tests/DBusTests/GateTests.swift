@@ -129,4 +129,33 @@ struct GateTests {
         // The bus delivers in order, so had the unicast one reached `other`, it would come first.
         #expect(otherPings == [.uint32(2)])
     }
+
+    @Test func aPropertyReaderShowsEachCallerItsOwnView() async throws {
+        let fixture = try await EchoFixture()
+        let other = try await DBusConnection.connect(to: .address(fixture.bus.address))
+        defer { other.close() }
+        let owner = fixture.client.uniqueName
+        let hidden = DBusError(name: "test.Echo.Error.Busy", message: "not yours")
+        fixture.object.setProperty("Name", .string("the owner's"))
+        fixture.object.install { access, stored in
+            guard access.member == "Name", access.sender != owner else { return .success(stored) }
+            return access.kind == .getProperty ? .failure(hidden) : .success(.string(""))
+        }
+        let props = "org.freedesktop.DBus.Properties"
+        func get(_ connection: DBusConnection, _ member: String, _ arguments: [DBusValue]) async throws -> [DBusValue] {
+            try await connection.call(
+                destination: "test.Echo", path: "/test/Echo", interface: props, member: member, arguments: arguments)
+        }
+        #expect(
+            try await get(fixture.client, "Get", [.string("test.Echo"), .string("Name")]) == [
+                .variant(.string("the owner's"))
+            ])
+        await #expect(throws: hidden) { try await get(other, "Get", [.string("test.Echo"), .string("Name")]) }
+        await #expect(throws: hidden) { try await get(other, "Get", [.string(""), .string("Name")]) }
+        let mine = try await get(fixture.client, "GetAll", [.string("test.Echo")]).first?.stringVariantDictionary ?? []
+        let theirs = try await get(other, "GetAll", [.string("test.Echo")]).first?.stringVariantDictionary ?? []
+        #expect(mine.first { $0.key == "Name" }?.value == .string("the owner's"))
+        #expect(theirs.first { $0.key == "Name" }?.value == .string(""))
+        #expect(theirs.first { $0.key == "Fixed" }?.value == .uint32(7), "the other properties as stored")
+    }
 }

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import History
 import SpeechAPI
 import TestSupport
 import Testing
@@ -9,6 +10,7 @@ import Testing
 @Suite("Per-app consent", .serialized, .timeLimit(.minutes(3)))
 struct ConsentTests {
     static let notAuthorized = "io.github.sttd.Speech1.Error.NotAuthorized"
+    static let busy = "io.github.sttd.Speech1.Error.Busy"
 
     /// Prompts (notifications with actions) shown so far.
     static func prompts(_ server: NotificationServer) -> [NotificationServer.Notification] {
@@ -62,8 +64,9 @@ struct ConsentTests {
         // The decision survives a restart; the allowed app listens and is named while it does.
         try await fixture.restartService()
         let server2Prompts = Self.prompts(server).count
-        let started = try await notes.callSttd("StartTranscribing", ["{}"])
-        #expect(started.status == 0, "\(started)")
+        let notesApp = try notes.launchApp()
+        let started = try await notesApp.call("StartTranscribing")
+        #expect(started.error == nil, "\(started)")
         #expect(try await fixture.property("ActiveClient") == .string("org.example.Notes"))
         #expect(try await fixture.property("State") == .string("listening"))
         // The sound server names the app the microphone is open for.
@@ -73,13 +76,13 @@ struct ConsentTests {
         #expect(outputs.stdout.contains("application.name = \"sttd\""))
         // The app's session reports to the app alone: a host client does not see its TranscriptChanged.
         let recorder = try await fixture.record()
-        let reset = try await notes.callSttd("ResetTranscript")
-        #expect(reset.status == 0, "\(reset)")
+        let reset = try await notesApp.call("ResetTranscript")
+        #expect(reset.error == nil, "\(reset)")
         try await fixture.set("Language", .string("en-GB"))  // broadcast, after the reset's signal
         #expect(await recorder.wait { _ in !recorder.changes(of: "Language").isEmpty })
         #expect(recorder.signals(named: "TranscriptChanged").isEmpty)
-        let stopped = try await notes.callSttd("StopTranscribing")
-        #expect(stopped.status == 0, "\(stopped)")
+        let stopped = try await notesApp.call("StopTranscribing")
+        #expect(stopped.error == nil, "\(stopped)")
         #expect(try await fixture.property("ActiveClient") == .string(""))
         #expect(Self.prompts(server).count == server2Prompts, "an allowed app is not asked")
 
@@ -100,22 +103,103 @@ struct ConsentTests {
         #expect(Self.prompts(server).count == server2Prompts)
 
         // A second app is asked separately.
-        let other = try FlatpakSandbox(appID: "org.example.Other", busAddress: fixture.bus.address)
-        async let otherStart = other.callSttd("StartTranscribing", ["{}"])
+        let other = try FlatpakSandbox(appID: "org.example.Other", busAddress: fixture.bus.address).launchApp()
+        async let otherStart = other.call("StartTranscribing")
         #expect(await waitFor { Self.prompts(server).count == server2Prompts + 1 })
         let otherPrompt = try #require(Self.prompts(server).last)
         #expect(otherPrompt.summary.contains("org.example.Other"))
         server.invokeAction("allow", on: otherPrompt.id)
         let otherResult = try await otherStart
-        #expect(otherResult.status == 0, "\(otherResult)")
+        #expect(otherResult.error == nil, "\(otherResult)")
         #expect(try await fixture.property("ActiveClient") == .string("org.example.Other"))
-        _ = try await other.callSttd("CancelTranscribing")
+        #expect(try await other.call("CancelTranscribing").error == nil)
         let listed = try fixture.sttctl(["apps"])
         #expect(listed.stdout.contains("org.example.Other\tallow"), "\(listed)")
         #expect(listed.stdout.contains("org.example.Notes\tallow"), "\(listed)")
         #expect(try fixture.sttctl(["forget", "org.example.Other"]).status == 0)
         #expect(!(try fixture.sttctl(["apps"]).stdout.contains("org.example.Other")))
         #expect(fixture.log.contains("consent decisions are kept in sttd's own file"))
+    }
+
+    /// Rule 3 of issue 26: an app sees and controls only its own session; settings and history
+    /// are the host's; a session whose app leaves the bus stops as Stop would.
+    @Test func eachAppSeesAndControlsOnlyItsOwnSession() async throws {
+        let fixture = try await SttdFixture(config: "consent = \"allow\"\n")
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address).launchApp()
+        let spy = try FlatpakSandbox(appID: "org.example.Spy", busAddress: fixture.bus.address).launchApp()
+        let started = try await notes.call("StartTranscribing")
+        #expect(started.error == nil, "\(started)")
+        try fixture.pulse.play(try LibriVox.recordings()[1].path)
+        #expect(
+            await waitFor(timeout: .seconds(30)) {
+                (try? await fixture.property("Transcript"))??.string?.isEmpty == false
+            }, "\(fixture.log)")
+        let own = try await notes.get("Transcript")
+        #expect(own.error == nil && own.value?.isEmpty == false, "the app reads its own text: \(own)")
+
+        // Another app neither reads the text, nor takes it, ends it, clears it, nor sends later dictation elsewhere.
+        #expect(try await spy.get("Transcript").failed(with: Self.busy))
+        let all = try await spy.request(["get_all": true])
+        let shown = try #require(
+            try JSONSerialization.jsonObject(with: Data((all.value ?? "").utf8)) as? [String: Any], "\(all)")
+        #expect(shown["Transcript"] as? String == "", "GetAll shows another's transcript: \(all)")
+        #expect(shown["State"] as? String == "listening")
+        for member in [
+            "StopTranscribing", "CancelTranscribing", "ToggleTranscribing", "ResetTranscript", "StartTranscribing",
+        ] {
+            let answer = try await spy.call(member)
+            #expect(answer.failed(with: Self.busy), "\(member): \(answer)")
+        }
+        let history = try await spy.call("GetHistory")
+        #expect(history.failed(with: Self.notAuthorized) && history.message.contains("sttctl history"), "\(history)")
+        for (app, property, value) in [
+            (spy, "Backend", "deepgram"), (notes, "Language", "en-GB"), (spy, "Source", "x"),
+        ] {
+            let set = try await app.request(["set": property, "value": value])
+            #expect(set.failed(with: "org.freedesktop.DBus.Error.AccessDenied"), "\(property): \(set)")
+            #expect(set.message.contains("StartTranscribing option"), "\(set)")
+        }
+        #expect(try await fixture.property("Backend") == .string("local"))
+        #expect(try await fixture.property("Language") == .string("en-US"))
+        #expect(try await fixture.property("State") == .string("listening"))
+        #expect(try await fixture.property("ActiveClient") == .string("org.example.Notes"))
+        #expect(try await notes.get("Transcript").value?.isEmpty == false, "the app still reads its own text")
+
+        // The app leaves the bus (it crashed or was closed): its session stops as Stop would.
+        await notes.leave()
+        #expect(await waitFor(timeout: .seconds(20)) { (try? await fixture.property("State")) == .string("idle") })
+        let sessions = try #require(try HistoryStore(readingAt: fixture.historyPath)).sessions()
+        #expect(sessions.count == 1 && sessions.first?.ended != nil && sessions.first?.text.isEmpty == false)
+        #expect(fixture.log.contains("left the bus; stopping the session"))
+        // What it left behind is the host's to read, never another app's.
+        let left = try #require(try await fixture.property("Transcript")?.string)
+        #expect(!left.isEmpty)
+        #expect(try await spy.get("Transcript").value == "")
+        #expect(try await spy.call("StopTranscribing").value == "")
+        #expect(try await spy.call("ResetTranscript").error == nil)
+        #expect(try await fixture.property("Transcript")?.string == left, "another app cleared it")
+        // The host keeps full control.
+        try await fixture.set("Backend", .string("local"))
+        try await fixture.call("ResetTranscript")
+        #expect(try await fixture.property("Transcript") == .string(""))
+    }
+
+    /// An app that asks for a session and leaves before it opens does not leave the microphone on.
+    @Test func aSessionWhoseAppLeftBeforeItOpenedStops() async throws {
+        let fixture = try await SttdFixture()
+        let server = try await NotificationServer(busAddress: fixture.bus.address, actions: true)
+        defer { server.stop() }
+        let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address).launchApp()
+        _ = try await notes.request(["call": "StartTranscribing", "send": true])
+        #expect(await waitFor { Self.prompts(server).count == 1 })
+        await notes.leave()
+        // Allowed only after the app has gone: the session opens for nobody, and stops.
+        server.invokeAction("allow", on: try #require(Self.prompts(server).first).id)
+        #expect(
+            await waitFor(timeout: .seconds(30)) { fixture.log.contains("left the bus; stopping the session") },
+            "\(fixture.log)")
+        #expect(await waitFor(timeout: .seconds(20)) { (try? await fixture.property("State")) == .string("idle") })
+        #expect(try await fixture.property("ActiveClient") == .string(""))
     }
 
     @Test func noAnswerWithinTheBoundIsNotAuthorizedAndAsksAgain() async throws {

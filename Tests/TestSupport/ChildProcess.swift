@@ -11,17 +11,17 @@ public final class ChildProcess: @unchecked Sendable {
     private let lock = NSLock()
     private var status: Int32?
 
-    /// Starts `executable`; output goes to the given files (or /dev/null).
+    /// Starts `executable`; input comes from `stdin`, output goes to the given files (or /dev/null).
     public init(
         _ executable: String, _ arguments: [String], environment: [String: String]? = nil,
-        stdout: String = "/dev/null", stderr: String = "/dev/null"
+        stdin: String = "/dev/null", stdout: String = "/dev/null", stderr: String = "/dev/null"
     ) throws {
         let argv = ([executable] + arguments).map { strdup($0) } + [nil]
         defer { argv.forEach { free($0) } }
         let env = (environment ?? ProcessInfo.processInfo.environment).map { strdup("\($0.key)=\($0.value)") } + [nil]
         defer { env.forEach { free($0) } }
         var pid: pid_t = 0
-        let result = sttd_spawn(&pid, executable, argv, env, "/dev/null", stdout, stderr)
+        let result = sttd_spawn(&pid, executable, argv, env, stdin, stdout, stderr)
         guard result == 0 else {
             throw MissingPrerequisite(description: "cannot start \(executable): \(String(cString: strerror(result)))")
         }
