@@ -256,7 +256,11 @@ final class OutputEngine: Sendable {
             guard !text.isEmpty else { return }
             try self.paste(text, with: typingTool())
         } else {
-            try setClipboard(Array(text.utf8), clipboard: clipboardTool(for: nil))
+            let clipboard = try clipboardTool(for: nil)
+            let bytes = Array(text.utf8)
+            try setClipboard(bytes, clipboard: clipboard)
+            // On the clipboard when this returns (a session's Stop replies after it), not a moment later.
+            if !bytes.isEmpty { try waitUntilClipboard(holds: bytes, clipboard) }
         }
     }
 
@@ -346,7 +350,8 @@ final class OutputEngine: Sendable {
         }
     }
 
-    /// wl-copy may return before the compositor has switched the selection: read it back.
+    /// wl-copy may return before the compositor has switched the selection, and xclip before its
+    /// background child has claimed it (under load another owner could still answer): read it back.
     private func waitUntilClipboard(holds bytes: [UInt8], _ clipboard: ClipboardTool) throws(OutputError) {
         let deadline = ContinuousClock.now + .seconds(2)
         while readClipboard(clipboard) != bytes {

@@ -270,6 +270,15 @@ public enum DesktopClipboard {
         guard result.status == 0 else {
             throw MissingPrerequisite(description: "could not set the \(kind) clipboard: \(result.stderr)")
         }
+        // xclip and wl-copy return before their background child owns the selection: a later
+        // owner (the code under test) could otherwise be overtaken by this one.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while try read(kind, primary: primary) != text {
+            guard ContinuousClock.now < deadline else {
+                throw MissingPrerequisite(description: "the \(kind) selection did not take \(text.debugDescription)")
+            }
+            usleep(10_000)
+        }
     }
 
     private static func read(_ kind: DesktopKind, primary: Bool) throws -> String? {
