@@ -5,14 +5,14 @@ import Logging
 /// Types and copies a session's text into the desktop the environment names.
 ///
 /// Tools: wtype on wlroots compositors, ydotool on GNOME/KDE Wayland (through /dev/uinput),
-/// xdotool on X11; wl-copy/wl-paste or xclip for the clipboard. What a tool cannot type exactly
-/// is pasted instead (xdotool: any non-ASCII text; ydotool: everything, as its key codes assume
-/// a US layout), and the previous clipboard text is put back afterwards.
+/// xdotool on X11 (with xmodmap binding the characters the keymap lacks, see ``X11Keymap``);
+/// wl-copy/wl-paste or xclip for the clipboard. wtype and xdotool type every character exactly;
+/// ydotool's key codes assume a US layout, so its text is pasted and the previous clipboard text
+/// is put back afterwards.
 ///
 /// The clipboard: wl-copy and xclip leave a process that owns the selection until another
-/// program takes it, so copied text outlives sttd's process. A systemd unit with the default
-/// `KillMode=control-group` kills those processes when sttd stops, and the clipboard becomes
-/// empty then (windows that already pasted keep their text).
+/// program takes it, so copied text outlives sttd's process (sttd's unit has `KillMode=process`
+/// so that stopping sttd leaves them running).
 ///
 /// Every request runs on one worker thread this object owns, in the order the calls were made;
 /// calls return at once. At most ``queueCapacity`` requests wait behind the running one: a
@@ -189,8 +189,17 @@ final class OutputEngine: Sendable {
         let tool = try typingTool()
         let purpose = "typing with \(tool.rawValue)"
         try requireTool(tool, for: purpose)
-        // xdotool and ydotool paste what they cannot type exactly.
-        if tool != .wtype { try requireClipboard(clipboardTool(for: tool), for: purpose) }
+        switch tool {
+        case .wtype: break
+        case .xdotool: try requireKeymapTool()
+        // ydotool pastes.
+        case .ydotool: try requireClipboard(clipboardTool(for: tool), for: purpose)
+        }
+    }
+
+    /// xmodmap binds what the X keymap lacks before xdotool types (see ``X11Keymap``).
+    private func requireKeymapTool() throws(OutputError) {
+        try require("xmodmap", package: "x11-xserver-utils", for: "typing with xdotool")
     }
 
     func checkClipboard(paste: Bool) throws(OutputError) {
@@ -218,15 +227,18 @@ final class OutputEngine: Sendable {
                 runner.run(
                     "wtype", ["-s", "\(Self.wtypeLeadIn)", "--", text], extraEnvironment: ["LC_ALL": "C.UTF-8"],
                     timeout: timeout), tool)
-        case .xdotool where OutputText.isPrintableASCII(text):
-            // ASCII comes from the current keymap. Other characters need a key remapped for the
-            // moment; clients that read the mapping late lose them (measured), so they are pasted.
+        case .xdotool:
+            // Characters the keymap lacks are bound first, so xdotool never remaps a key while a
+            // window may still look it up. It decodes the text in the C library's locale.
             method = "typed"
-            try check(
-                runner.run(
-                    "xdotool", ["type", "--delay", "0", "--file", "-"], stdin: Array(text.utf8), timeout: timeout),
-                tool)
-        case .xdotool, .ydotool:
+            try requireKeymapTool()
+            try X11Keymap.of(display: x11Display ?? "").type(text, runner: runner) { (part) throws(OutputError) in
+                try check(
+                    runner.run(
+                        "xdotool", ["type", "--delay", "0", "--file", "-"], stdin: Array(part.utf8),
+                        extraEnvironment: ["LC_ALL": "C.UTF-8"], timeout: timeout), tool)
+            }
+        case .ydotool:
             // ydotool sends US key codes, which come out wrong on other layouts: it only pastes.
             method = "pasted"
             try paste(text, with: tool)
@@ -244,7 +256,11 @@ final class OutputEngine: Sendable {
             guard !text.isEmpty else { return }
             try self.paste(text, with: typingTool())
         } else {
-            try setClipboard(Array(text.utf8), clipboard: clipboardTool(for: nil))
+            let clipboard = try clipboardTool(for: nil)
+            let bytes = Array(text.utf8)
+            try setClipboard(bytes, clipboard: clipboard)
+            // On the clipboard when this returns (a session's Stop replies after it), not a moment later.
+            if !bytes.isEmpty { try waitUntilClipboard(holds: bytes, clipboard) }
         }
     }
 
@@ -334,7 +350,8 @@ final class OutputEngine: Sendable {
         }
     }
 
-    /// wl-copy may return before the compositor has switched the selection: read it back.
+    /// wl-copy may return before the compositor has switched the selection, and xclip before its
+    /// background child has claimed it (under load another owner could still answer): read it back.
     private func waitUntilClipboard(holds bytes: [UInt8], _ clipboard: ClipboardTool) throws(OutputError) {
         let deadline = ContinuousClock.now + .seconds(2)
         while readClipboard(clipboard) != bytes {

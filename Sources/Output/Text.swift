@@ -16,9 +16,4 @@ enum OutputText {
         }
         return String(result)
     }
-
-    /// Printable ASCII: what xdotool types exactly from the keymap without remapping keys.
-    static func isPrintableASCII(_ text: String) -> Bool {
-        text.utf8.allSatisfy { $0 >= 0x20 && $0 < 0x7f }
-    }
 }

@@ -44,12 +44,13 @@ extension Integration {
             #expect(history.contains(reply), "the history entry is the same text")
         }
 
-        @Test(arguments: DesktopKind.allCases)
-        func nonASCIIFromTheStreamingBackendArrivesIntact(_ kind: DesktopKind) async throws {
+        /// A plain terminal and a GUI field on X11, a terminal on Wayland.
+        @Test(arguments: [(DesktopKind.x11, WindowApp.terminal), (.x11, .textField), (.wayland, .terminal)])
+        func nonASCIIFromTheStreamingBackendArrivesIntact(_ kind: DesktopKind, _ app: WindowApp) async throws {
             var script = DeepgramTestServer.Script()
             script.vocabulary = ["café", "Straße", "✓", "naïve", "😀"]
             let server = try await DeepgramTestServer(script: script)
-            let window = try await ReceivingWindow.open(kind)
+            let window = try await ReceivingWindow.open(kind, app)
             defer { window.close() }
             let sttd = try await Self.sttd(
                 on: window, config: "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n",
@@ -79,7 +80,8 @@ extension Integration {
 
         @Test(arguments: DesktopKind.allCases)
         func pasteLandsInTheWindowAndTheClipboardComesBack(_ kind: DesktopKind) async throws {
-            let window = try await ReceivingWindow.open(kind)
+            // Pasting is ctrl+v, which GUI fields take and terminals do not.
+            let window = try await ReceivingWindow.open(kind, .textField)
             defer { window.close() }
             try DesktopClipboard.set("what I had copied", on: kind)
             let sttd = try await Self.sttd(on: window, config: "output = \"clipboard\"\npaste = true\n")

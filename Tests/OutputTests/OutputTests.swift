@@ -18,11 +18,36 @@ func copied(_ output: DesktopOutput, _ text: String, paste: Bool) async -> Outpu
 
 let logger = Logger(label: "output-tests")
 
+/// Every kind of window text is typed into: a plain terminal on each desktop and a GUI field on X11.
+let typingTargets: [(DesktopKind, WindowApp)] = [(.x11, .terminal), (.x11, .textField), (.wayland, .terminal)]
+
+/// The X display's core keyboard map, as `xmodmap -pk` prints it.
+func x11Keymap() throws -> String {
+    let result = try run(
+        try requireTool("xmodmap", package: "x11-xserver-utils"), ["-pk"], environment: DesktopKind.x11.environment(),
+        timeout: 10)
+    guard result.status == 0 else { throw MissingPrerequisite(description: "xmodmap -pk failed: \(result.stderr)") }
+    return result.stdout
+}
+
+/// Whether `after` is the keymap `before` with, at most, keycodes emptied (other tests' bindings
+/// may still have been there before) and none holding a character of `text`.
+func keymapRestored(_ before: String, _ after: String, text: String) -> Bool {
+    func keycodes(_ map: String) -> [Substring] { map.split(separator: "\n").filter { $0.first == " " } }
+    let emptied = zip(keycodes(before), keycodes(after)).allSatisfy { old, new in
+        old == new || new.split(whereSeparator: \.isWhitespace).count == 1
+    }
+    let keysyms = text.unicodeScalars.filter { $0.value >= 0x100 }.map {
+        "0x\(String(0x0100_0000 | $0.value, radix: 16)) "
+    }
+    return emptied && keycodes(before).count == keycodes(after).count && !keysyms.contains { after.contains($0) }
+}
+
 @Suite("Real windows", .serialized)
 struct RealWindowTests {
-    @Test(arguments: DesktopKind.allCases)
-    func consecutiveTypingArrivesExactlyInOrder(_ kind: DesktopKind) async throws {
-        let window = try await ReceivingWindow.open(kind)
+    @Test(arguments: typingTargets)
+    func consecutiveTypingArrivesExactlyInOrder(_ kind: DesktopKind, _ app: WindowApp) async throws {
+        let window = try await ReceivingWindow.open(kind, app)
         defer { window.close() }
         let output = DesktopOutput(environment: window.environment, typingTool: nil, logger: logger)
         try output.checkTyping()
@@ -41,9 +66,9 @@ struct RealWindowTests {
         #expect(await window.waitForText(expected), "received \(window.text.debugDescription)")
     }
 
-    @Test(arguments: DesktopKind.allCases)
-    func nonASCIIArrivesExactlyEveryTime(_ kind: DesktopKind) async throws {
-        let window = try await ReceivingWindow.open(kind)
+    @Test(arguments: typingTargets)
+    func nonASCIIArrivesExactlyEveryTime(_ kind: DesktopKind, _ app: WindowApp) async throws {
+        let window = try await ReceivingWindow.open(kind, app)
         defer { window.close() }
         let output = DesktopOutput(environment: window.environment, typingTool: nil, logger: logger)
         var expected = ""
@@ -71,7 +96,8 @@ struct RealWindowTests {
 
     @Test(arguments: DesktopKind.allCases)
     func pasteLandsAndRestoresThePreviousClipboard(_ kind: DesktopKind) async throws {
-        let window = try await ReceivingWindow.open(kind)
+        // ctrl+v: what a GUI field pastes on (a terminal takes it as a control character).
+        let window = try await ReceivingWindow.open(kind, .textField)
         defer { window.close() }
         try DesktopClipboard.set("what the user copied", on: kind)
         let output = DesktopOutput(environment: window.environment, typingTool: nil, logger: logger)
@@ -85,14 +111,36 @@ struct RealWindowTests {
         #expect(try DesktopClipboard.clipboard(kind) == "what the user copied")
     }
 
-    @Test func x11PasteFallbackRestoresTheClipboard() async throws {
+    @Test func x11TypingLeavesTheSelectionsAloneAndRestoresTheKeymap() async throws {
         let window = try await ReceivingWindow.open(.x11)
         defer { window.close() }
         try DesktopClipboard.set("keep me", on: .x11)
+        try DesktopClipboard.set("and me", on: .x11, primary: true)
+        let before = try x11Keymap()
         let output = DesktopOutput(environment: window.environment, typingTool: .xdotool, logger: logger)
-        #expect(await typed(output, "naïve") == nil)
-        #expect(await window.waitForText("naïve"), "received \(window.text.debugDescription)")
+        #expect(await typed(output, "naïve “quoted” 日本 É") == nil)
+        #expect(await window.waitForText("naïve “quoted” 日本 É"), "received \(window.text.debugDescription)")
         #expect(try DesktopClipboard.clipboard(.x11) == "keep me")
+        #expect(try DesktopClipboard.primary(.x11) == "and me")
+        // The characters stay bound for a while after the last key, then the keycodes are empty again.
+        let restored = try await waitFor(timeout: .seconds(20)) {
+            keymapRestored(before, try x11Keymap(), text: "“”日本")
+        }
+        #expect(restored, "the keymap was not restored")
+    }
+
+    @Test func x11TypesMoreNewCharactersThanTheKeymapHasSpareKeys() async throws {
+        let window = try await ReceivingWindow.open(.x11)
+        defer { window.close() }
+        let before = try x11Keymap()
+        let spare = before.split(separator: "\n").filter { $0.split(whereSeparator: \.isWhitespace).count == 1 }.count
+        // More distinct characters than the keymap has spare keys: typed in parts.
+        let text = String(String.UnicodeScalarView((0..<(spare + 8)).map { Unicode.Scalar(0x4E00 + $0 * 7)! }))
+        let output = DesktopOutput(environment: window.environment, typingTool: .xdotool, logger: logger)
+        #expect(await typed(output, "a \(text) b") == nil)
+        #expect(await window.waitForText("a \(text) b"), "received \(window.text.debugDescription)")
+        let restored = try await waitFor(timeout: .seconds(20)) { keymapRestored(before, try x11Keymap(), text: text) }
+        #expect(restored, "the keymap was not restored")
     }
 
     @Test func deadDisplayIsReportedAsAFailure() async throws {
@@ -179,8 +227,8 @@ struct ToolChoiceTests {
         #expect(error != nil)
     }
 
-    @Test func typingWithXdotoolNeedsXclipForWhatItPastes() {
-        // xdotool present, xclip missing: a PATH holding only a link to xdotool.
+    @Test func typingWithXdotoolNeedsXmodmapForWhatTheKeymapLacks() {
+        // xdotool present, xmodmap missing: a PATH holding only a link to xdotool.
         let directory = NSTemporaryDirectory() + "sttd-path-\(UUID().uuidString.prefix(8))"
         try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
         defer { try? FileManager.default.removeItem(atPath: directory) }
@@ -190,7 +238,7 @@ struct ToolChoiceTests {
         #expect(
             throws: OutputError(
                 .unavailable,
-                "typing with xdotool needs xclip, which is not installed: install the Debian package xclip (sudo apt install xclip)"
+                "typing with xdotool needs xmodmap, which is not installed: install the Debian package x11-xserver-utils (sudo apt install x11-xserver-utils)"
             )
         ) {
             try output.checkTyping()

@@ -37,9 +37,38 @@ struct WorkerTests {
         #expect(OutputText.sanitized("café ✓ 😀") == "café ✓ 😀")
     }
 
-    @Test func onlyPrintableASCIIIsTypedByXdotool() {
-        #expect(OutputText.isPrintableASCII("it's 100% (ok) ~`"))
-        #expect(!OutputText.isPrintableASCII("café"))
-        #expect(!OutputText.isPrintableASCII("a\u{7f}"))
+    @Test func theXKeymapIsReadAsXmodmapPrintsIt() throws {
+        let output = """
+            There are 7 KeySyms per KeyCode; KeyCodes range from 8 to 11.
+
+                KeyCode\tKeysym (Keysym)\t...
+                Value  \tValue   (Name) \t...
+
+                  8    \t
+                  9    \t0x00e9 (eacute)\t0x00c9 (Eacute)\t0x00e9 (eacute)\t0x00c9 (Eacute)\t
+                 10    \t0x0061 (a)\t0x0041 (A)\t0x20ac (EuroSign)\t0x0000 (NoSymbol)\t0x100201c (U201C)\t
+                 11    \t0x0000 (NoSymbol)\t
+
+            """
+        let map = try #require(KeyboardMap(xmodmap: output))
+        #expect(map.spareKeycodes == [8, 11])
+        // EuroSign is not a code point: € counts as missing (binding it again is harmless).
+        #expect(map.characters == ["é", "É", "a", "A", "\u{201C}"])
+        #expect(map.keycode(9, holds: "É"))
+        #expect(!map.keycode(10, holds: "É"))
+        #expect(KeyboardMap(xmodmap: "xmodmap: unable to open display") == nil)
+    }
+
+    @Test func charactersBecomeTheKeysymsXdotoolLooksFor() {
+        #expect(X11Keymap.keysymName("é") == "U00E9")
+        #expect(X11Keymap.keysym("é") == 0xe9)
+        #expect(X11Keymap.keysymName("😀") == "U1F600")
+        #expect(X11Keymap.keysym("😀") == 0x101_f600)
+        #expect(X11Keymap.keysym("~") == 0x7e)
+        for scalar: Unicode.Scalar in ["a", "é", "\u{201C}", "日", "😀"] {
+            #expect(X11Keymap.character(X11Keymap.keysym(scalar)) == scalar)
+        }
+        #expect(X11Keymap.character(0x20ac) == nil)
+        #expect(X11Keymap.character(0xff1b) == nil)
     }
 }

@@ -38,13 +38,23 @@ public enum DesktopKind: String, Sendable, CaseIterable, CustomStringConvertible
     fileprivate var lock: AsyncLock { self == .x11 ? AsyncLock.x11 : AsyncLock.wayland }
 }
 
-/// A real window of a desktop that records every byte it receives as keyboard input or paste
-/// (a terminal running `stty raw -echo; cat > file`), focused, and holding the desktop for the
-/// test until ``close()``: windows of one desktop are opened one at a time across the process,
-/// so concurrent tests do not type into each other's windows or clipboards.
-///
-/// Both terminals are set up to paste CLIPBOARD on ctrl+v, as GUI text fields do (terminals
-/// normally paste with ctrl+shift+v).
+/// Which application a ``ReceivingWindow`` is.
+public enum WindowApp: String, Sendable, CaseIterable, CustomStringConvertible {
+    /// A terminal as its user has it (a UTF-8 locale, default settings): xterm on X11, foot on
+    /// Wayland, running `stty raw -echo; cat > file`. It pastes only on its own keys
+    /// (shift+Insert, ctrl+shift+v); ctrl+v is a control character to it.
+    case terminal
+    /// A GUI text field, which pastes CLIPBOARD on ctrl+v: a Tk text widget on X11. On Wayland
+    /// foot set up to paste on ctrl+v stands in for one (no Wayland toolkit is installed).
+    case textField
+
+    public var description: String { rawValue }
+}
+
+/// A real window of a desktop that records every byte it receives as keyboard input or paste,
+/// focused, and holding the desktop for the test until ``close()``: windows of one desktop are
+/// opened one at a time across the process, so concurrent tests do not type into each other's
+/// windows or clipboards.
 ///
 /// ```swift
 /// let window = try await ReceivingWindow.open(.wayland)
@@ -66,20 +76,20 @@ public final class ReceivingWindow: @unchecked Sendable {
 
     private var outputPath: String { "\(directory)/received" }
 
-    /// Opens a window on `kind`, waits until its reader runs and it has the keyboard focus.
-    /// Fails loudly when the desktop or a tool is missing.
-    public static func open(_ kind: DesktopKind) async throws -> ReceivingWindow {
+    /// Opens a window of `app` on `kind`, waits until its reader runs and it has the keyboard
+    /// focus. Fails loudly when the desktop or a tool is missing.
+    public static func open(_ kind: DesktopKind, _ app: WindowApp = .terminal) async throws -> ReceivingWindow {
         let environment = try kind.environment()
         await kind.lock.lock()
         do {
-            return try await ReceivingWindow(kind, environment: environment)
+            return try await ReceivingWindow(kind, app, environment: environment)
         } catch {
             kind.lock.unlock()
             throw error
         }
     }
 
-    private init(_ kind: DesktopKind, environment: [String: String]) async throws {
+    private init(_ kind: DesktopKind, _ app: WindowApp, environment: [String: String]) async throws {
         self.kind = kind
         self.environment = environment
         directory = try makeTemporaryDirectory("sttd-window")
@@ -94,24 +104,32 @@ public final class ReceivingWindow: @unchecked Sendable {
         terminalEnvironment["LC_ALL"] = "C.UTF-8"
         terminalEnvironment["HOME"] = directory
         let appID = "sttd-test-\(UUID().uuidString.prefix(8))"
-        switch kind {
-        case .x11:
+        switch (kind, app) {
+        case (.x11, .terminal):
             let xterm = try requireTool("xterm", package: "xterm")
             _ = try requireTool("xdotool", package: "xdotool")
             terminal = try ChildProcess(
-                xterm,
-                [
-                    "-u8", "-geometry", "100x20+0+0", "-xrm",
-                    "XTerm*VT100.translations: #override Ctrl <Key>v: insert-selection(CLIPBOARD)", "-e",
-                ] + reader, environment: terminalEnvironment, stderr: "\(directory)/terminal.log")
-        case .wayland:
+                xterm, ["-geometry", "100x20+0+0", "-e"] + reader, environment: terminalEnvironment,
+                stderr: "\(directory)/terminal.log")
+        case (.x11, .textField):
+            let wish = try requireTool("wish", package: "tk")
+            _ = try requireTool("xdotool", package: "xdotool")
+            try Self.textFieldScript.write(toFile: "\(directory)/field.tcl", atomically: true, encoding: .utf8)
+            terminal = try ChildProcess(
+                wish, ["\(directory)/field.tcl", ready, "\(directory)/received"], environment: terminalEnvironment,
+                stderr: "\(directory)/terminal.log")
+        case (.wayland, _):
             let foot = try requireTool("foot", package: "foot")
             _ = try requireTool("swaymsg", package: "sway")
-            try "[key-bindings]\nclipboard-paste=Control+v XF86Paste\n".write(
-                toFile: "\(directory)/foot.ini", atomically: true, encoding: .utf8)
+            var configuration: [String] = []
+            if app == .textField {
+                try "[key-bindings]\nclipboard-paste=Control+v XF86Paste\n".write(
+                    toFile: "\(directory)/foot.ini", atomically: true, encoding: .utf8)
+                configuration = ["--config", "\(directory)/foot.ini"]
+            }
             terminal = try ChildProcess(
-                foot, ["--config", "\(directory)/foot.ini", "--app-id", appID] + reader,
-                environment: terminalEnvironment, stderr: "\(directory)/terminal.log")
+                foot, configuration + ["--app-id", appID] + reader, environment: terminalEnvironment,
+                stderr: "\(directory)/terminal.log")
         }
         do {
             guard await waitFor(timeout: .seconds(20), { FileManager.default.fileExists(atPath: ready) }) else {
@@ -125,6 +143,35 @@ public final class ReceivingWindow: @unchecked Sendable {
             throw error
         }
     }
+
+    /// A Tk text widget with the focus that writes its whole content to a file whenever it
+    /// changes (arguments: the ready file, which gets the window's id, and the content file).
+    private static let textFieldScript = #"""
+        lassign $argv ready received
+        text .t -width 80 -height 20
+        pack .t
+        focus -force .t
+        update
+        set last ""
+        proc record {} {
+            global received last
+            set now [.t get 1.0 end-1c]
+            if {$now ne $last} {
+                set f [open $received.tmp w]
+                fconfigure $f -encoding utf-8 -translation lf
+                puts -nonewline $f $now
+                close $f
+                file rename -force $received.tmp $received
+                set last $now
+            }
+            after 10 record
+        }
+        record
+        set f [open $ready.tmp w]
+        puts $f [format %d [wm frame .]]
+        close $f
+        file rename -force $ready.tmp $ready
+        """#
 
     private var terminalLog: String {
         (try? String(contentsOfFile: "\(directory)/terminal.log", encoding: .utf8)) ?? "(no log)"
@@ -222,6 +269,15 @@ public enum DesktopClipboard {
         }
         guard result.status == 0 else {
             throw MissingPrerequisite(description: "could not set the \(kind) clipboard: \(result.stderr)")
+        }
+        // xclip and wl-copy return before their background child owns the selection: a later
+        // owner (the code under test) could otherwise be overtaken by this one.
+        let deadline = ContinuousClock.now + .seconds(5)
+        while try read(kind, primary: primary) != text {
+            guard ContinuousClock.now < deadline else {
+                throw MissingPrerequisite(description: "the \(kind) selection did not take \(text.debugDescription)")
+            }
+            usleep(10_000)
         }
     }
 
