@@ -129,7 +129,7 @@ struct ConsentTests {
         let spy = try FlatpakSandbox(appID: "org.example.Spy", busAddress: fixture.bus.address).launchApp()
         let started = try await notes.call("StartTranscribing")
         #expect(started.error == nil, "\(started)")
-        try fixture.pulse.play(try LibriVox.recordings()[1].path)
+        try await fixture.pulse.play(try LibriVox.recordings()[1].path)
         #expect(
             await waitFor(timeout: .seconds(30)) {
                 (try? await fixture.property("Transcript"))??.string?.isEmpty == false

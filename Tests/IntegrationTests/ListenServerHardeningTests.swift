@@ -75,7 +75,7 @@ extension Integration {
 
             // And dictation gets the engine back.
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try Self.clip(in: sttd, 1))
+            try await sttd.pulse.play(try Self.clip(in: sttd, 1))
             #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
             #expect(sttd.sttd.isRunning)
         }
@@ -95,7 +95,7 @@ extension Integration {
             try #require(limited.status == 0, "\(limited.stderr)")
             // One dictation first, so that the engine and PulseAudio hold what they keep.
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try Self.clip(in: sttd))
+            try await sttd.pulse.play(try Self.clip(in: sttd))
             #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
             let before = openDescriptors(of: pid)
 
@@ -116,7 +116,7 @@ extension Integration {
                     try await Task.sleep(for: .milliseconds(20))
                 }
                 try await sttd.call("StartTranscribing", [.vardict([])])
-                try sttd.pulse.play(try Self.clip(in: sttd, 1))
+                try await sttd.pulse.play(try Self.clip(in: sttd, 1))
                 let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
                 #expect(!transcript.isEmpty, "dictation with 300 idle sockets opened")
                 #expect(

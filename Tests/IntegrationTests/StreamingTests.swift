@@ -25,7 +25,7 @@ extension Integration {
                     "all_proxy": proxyURL, "HTTP_PROXY": proxyURL, "ALL_PROXY": proxyURL,
                 ])
             try await sttd.call("StartTranscribing", [.vardict([])])
-            try sttd.pulse.play(try LibriVox.recordings()[0].path)
+            try await sttd.pulse.play(try LibriVox.recordings()[0].path)
             let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!transcript.isEmpty)
             #expect(transcript == server.finalsSent.filter { !$0.isEmpty }.joined(separator: " "))
