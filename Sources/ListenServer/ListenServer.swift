@@ -175,17 +175,19 @@ public final class ListenServer: Service, Sendable {
         let (settings, recognizer, logger, serverChannel) = (settings, recognizer, logger, serverChannel)
         try await withGracefulShutdownHandler {
             try await serverChannel.executeThenClose { inbound in
-                try await withThrowingDiscardingTaskGroup { group in
-                    for try await connection in inbound {
-                        // On the connection's event loop: its handshake waits for this task
-                        // (to start the session), never for a shared pool other work may hold.
-                        group.addTask(executorPreference: EventLoopExecutor(connection.eventLoop)) {
-                            // Refused or gone before its request was in: the pipeline answered it.
-                            guard let accepted = try? await connection.request.get() else { return }
-                            await ListenStream(
-                                request: accepted.request, requestID: accepted.requestID, settings: settings,
-                                recognizer: recognizer, logger: logger
-                            ).serve(accepted, upgrade: connection.upgrade)
+                // Accepting and each connection's task run on event loops: a handshake waits for
+                // them (to start the session), never for a shared pool other work may hold.
+                try await withTaskExecutorPreference(EventLoopExecutor(serverChannel.channel.eventLoop)) {
+                    try await withThrowingDiscardingTaskGroup { group in
+                        for try await connection in inbound {
+                            group.addTask(executorPreference: EventLoopExecutor(connection.eventLoop)) {
+                                // Refused or gone before its request was in: the pipeline answered it.
+                                guard let accepted = try? await connection.request.get() else { return }
+                                await ListenStream(
+                                    request: accepted.request, requestID: accepted.requestID, settings: settings,
+                                    recognizer: recognizer, logger: logger
+                                ).serve(accepted, upgrade: connection.upgrade)
+                            }
                         }
                     }
                 }
