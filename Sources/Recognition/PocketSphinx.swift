@@ -505,7 +505,7 @@ private final class DecoderWorker {
                 receive(chunk, decoder, session)
             case .finish(let session):
                 guard session === current else {
-                    // Already ended (its begin failed, or a later begin ended it): complete() keeps that.
+                    // Already ended (its begin failed, or it was stopped): complete() keeps that.
                     session.complete(.success(()))
                     continue
                 }
