@@ -175,9 +175,12 @@ final class SessionRun: Sendable {
             }
             await core.microphoneLink(down: true, from: self)
             guard await reopen(tap: tap) else {
+                // Closed while waiting is a normal stop; otherwise the server stayed away. Decided
+                // before the finish: once it is asked for, the recognizer may end and cancel this
+                // task, which must not turn the failure into an end nobody explains.
+                let stopped = links.withLock({ $0.closing }) || Task.isCancelled
                 recognition.finish()
-                // Closed while waiting is a normal stop; otherwise the server stayed away.
-                if links.withLock({ $0.closing }) || Task.isCancelled { return nil }
+                if stopped { return nil }
                 logger.warning(
                     "the microphone did not come back; the session ends", metadata: ["waited": "\(reconnectLimit)"])
                 return error
