@@ -171,14 +171,8 @@ public final class SpeechBusAdapter: Sendable {
         case .startTranscribing:
             return { call, reply in
                 do throws(DBusError) {
-                    var parsed = try StartOptions(parsing: call.arguments[0])
-                    parsed.client = client(of: call, consent)
-                    let options = parsed
-                    let sandboxed = isSandboxed(call.sender, consent)
-                    core.submit { core in
-                        if sandboxed, let busy = view.refusal(for: call.sender, listening: core.state != .idle) {
-                            return reply.fail(busy)
-                        }
+                    let options = try startOptions(of: call, consent)
+                    submitUnlessOthers(call, reply, core: core, consent: consent, view: view) { core in
                         core.startNow(options) { error in error.map(reply.fail) ?? reply.send([]) }
                     }
                 } catch {
@@ -199,25 +193,15 @@ public final class SpeechBusAdapter: Sendable {
             }
         case .cancelTranscribing:
             return { call, reply in
-                let sandboxed = isSandboxed(call.sender, consent)
-                core.submit { core in
-                    if sandboxed, let busy = view.refusal(for: call.sender, listening: core.state != .idle) {
-                        return reply.fail(busy)
-                    }
+                submitUnlessOthers(call, reply, core: core, consent: consent, view: view) { core in
                     core.cancelNow { reply.send([]) }
                 }
             }
         case .toggleTranscribing:
             return { call, reply in
                 do throws(DBusError) {
-                    var parsed = try StartOptions(parsing: call.arguments[0])
-                    parsed.client = client(of: call, consent)
-                    let options = parsed
-                    let sandboxed = isSandboxed(call.sender, consent)
-                    core.submit { core in
-                        if sandboxed, let busy = view.refusal(for: call.sender, listening: core.state != .idle) {
-                            return reply.fail(busy)
-                        }
+                    let options = try startOptions(of: call, consent)
+                    submitUnlessOthers(call, reply, core: core, consent: consent, view: view) { core in
                         core.toggleNow(options) { result in
                             switch result {
                             case .success(let listening): reply.send([.boolean(listening)])
@@ -336,6 +320,28 @@ public final class SpeechBusAdapter: Sendable {
     }
 
     /// Who is starting a session: the app (its session then reports to it alone) or the host.
+    /// A start's options from its first argument, for the app that called.
+    static func startOptions(of call: DBusMethodCall, _ consent: Consent?) throws(DBusError) -> StartOptions {
+        var options = try StartOptions(parsing: call.arguments[0])
+        options.client = client(of: call, consent)
+        return options
+    }
+
+    /// Runs `body` on the core, unless the caller is a sandboxed app and the running session is
+    /// another's: that gets `Busy`. Decided in the same step as `body`, so no call slips between.
+    static func submitUnlessOthers(
+        _ call: DBusMethodCall, _ reply: DBusReply, core: SpeechCore, consent: Consent?, view: SessionView,
+        _ body: @escaping @Sendable (isolated SpeechCore) -> Void
+    ) {
+        let sandboxed = isSandboxed(call.sender, consent)
+        core.submit { core in
+            if sandboxed, let busy = view.refusal(for: call.sender, listening: core.state != .idle) {
+                return reply.fail(busy)
+            }
+            body(core)
+        }
+    }
+
     static func client(of call: DBusMethodCall, _ consent: Consent?) -> SessionClient {
         guard isSandboxed(call.sender, consent) else { return SessionClient(name: SpeechAPI.hostClient) }
         let name = consent?.identities.identity(of: call.sender)?.description ?? "unknown"
