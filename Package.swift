@@ -9,6 +9,7 @@ let package = Package(
     products: [
         .executable(name: "sttd", targets: ["sttd"]),
         .executable(name: "sttctl", targets: ["sttctl"]),
+        .executable(name: "sttd-ibus", targets: ["sttd-ibus"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
@@ -29,6 +30,8 @@ let package = Package(
         .systemLibrary(
             name: "CPocketSphinx", pkgConfig: "pocketsphinx",
             providers: [.apt(["libpocketsphinx-dev", "libsphinxbase-dev"])]),
+        .systemLibrary(
+            name: "CXKBCommon", pkgConfig: "xkbcommon", providers: [.apt(["libxkbcommon-dev"])]),
         // GNU extensions Swift cannot see: posix_spawn closing inherited descriptors, mallopt.
         .target(name: "CSttdSystem"),
         // sherpa-onnx's C API declarations (the pinned version's header); the library itself is
@@ -126,6 +129,23 @@ let package = Package(
             ],
             swiftSettings: strictness),
         .executableTarget(name: "sttctl", dependencies: ["Control"], swiftSettings: strictness),
+        // The input method: an IBus engine speaking IBus's D-Bus protocol through the DBus module.
+        .target(
+            name: "InputMethod",
+            dependencies: [
+                "DBus", "SpeechAPI", "CXKBCommon",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "TOMLKit", package: "TOMLKit"),
+            ],
+            swiftSettings: strictness),
+        .executableTarget(
+            name: "sttd-ibus",
+            dependencies: [
+                "InputMethod", "SpeechAPI",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness),
 
         .target(
             name: "TestSupport",
@@ -169,6 +189,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
+            swiftSettings: strictness),
+        .testTarget(
+            name: "InputMethodTests", dependencies: ["InputMethod", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),
         .testTarget(
             name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),

@@ -121,16 +121,31 @@ public final class DBusConnection: Sendable {
         _ = loop.perform { loop in loop.objects[object.path] = object }
     }
 
+    /// Stops serving the object at `path` (calls to it get `UnknownObject` from now on).
+    public func unexport(path: String) {
+        _ = loop.perform { loop in loop.objects[path] = nil }
+    }
+
     /// Subscribes to signals. The stream ends when the connection closes.
     ///
     /// With a `sender`, only signals that sender sent are taken, whether broadcast or sent to this
     /// connection alone (the bus applies match rules to broadcasts only: any peer can send a
     /// signal to a unique name). A well-known name is followed to its current owner, as the bus
     /// announces it, so a service that restarts is still heard and nobody else is.
+    ///
+    /// With `argument0`, the bus sends only broadcasts whose first argument is that string (e.g.
+    /// `NameOwnerChanged` of one name); signals other rules bring are not filtered by it.
     public func signals(
-        sender: String? = nil, path: String? = nil, interface: String? = nil, member: String? = nil
+        sender: String? = nil, path: String? = nil, interface: String? = nil, member: String? = nil,
+        argument0: String? = nil
     ) async throws(DBusError) -> AsyncStream<DBusSignalMessage> {
         var rule = ["type='signal'"]
+        if let argument0 {
+            guard !argument0.contains("'"), !argument0.contains("\\") else {
+                throw .invalidArgs("a match rule's argument cannot hold quotes or backslashes")
+            }
+            rule.append("arg0='\(argument0)'")
+        }
         if let sender { try Validate.busName(sender); rule.append("sender='\(sender)'") }
         if let path { try Validate.path(path); rule.append("path='\(path)'") }
         if let interface { try Validate.interface(interface); rule.append("interface='\(interface)'") }

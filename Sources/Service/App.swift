@@ -114,12 +114,14 @@ public enum SttdApp {
             throw StartupError(exitCode: ExitCode.failure, message: error.message)
         }
         let recognizers = recognizers ?? defaultRecognizers(configuration, environment: environment, logger: logger)
+        let inputMethod = InputMethodRoute(logger: logger)
         let core = SpeechCore(
             configuration: configuration,
             microphone: microphone ?? PulseAudioMicrophone(logger: logger),
             recognizers: recognizers,
             history: openHistory(configuration, environment: environment, logger: logger),
-            output: DesktopDictationOutput(configuration: configuration, environment: environment, logger: logger),
+            output: DesktopDictationOutput(
+                configuration: configuration, environment: environment, inputMethod: inputMethod, logger: logger),
             logger: logger)
         let consent = Consent(
             connection: connection, policy: configuration.consent,
@@ -131,7 +133,7 @@ public enum SttdApp {
                 core: core,
                 settings: SpeechSettings(
                     backend: configuration.backend, language: configuration.language, source: configuration.source),
-                consent: consent, logger: logger)
+                consent: consent, inputMethod: inputMethod, logger: logger)
         } catch {
             connection.close()
             throw StartupError(

@@ -81,6 +81,7 @@ public struct Configuration: Sendable, Equatable {
     public var deepgram = Deepgram()
     public var server = Server()
     public var debug = Debug()
+    public var ibus = IBus()
 
     /// The `[local]` table.
     public struct Local: Sendable, Equatable {
@@ -122,6 +123,13 @@ public struct Configuration: Sendable, Equatable {
         /// Each session's captured audio, exactly as the recognizer got it, is kept here as a
         /// WAV file (16 kHz mono); empty: none is kept.
         public var audioDirectory = ""
+    }
+
+    /// The `[ibus]` table, read by the input method `sttd-ibus` (sttd checks it too).
+    public struct IBus: Sendable, Equatable {
+        /// An X keysym name (`F9`, `Pause`, `Scroll_Lock`): while `sttd` is the input method,
+        /// holding it down dictates into the focused field. Empty: off.
+        public var pushToTalk = ""
     }
 
     /// The `[server]` table: the local Deepgram-compatible `/v1/listen` server.
@@ -273,6 +281,16 @@ public struct Configuration: Sendable, Equatable {
             guard debug.audioDirectory.isEmpty || debug.audioDirectory.hasPrefix("/") else {
                 throw ConfigurationError(
                     "debug.audio_dir = \"\(debug.audioDirectory)\" is not an absolute path; name a folder like \"/home/you/sttd-audio\", or leave it empty."
+                )
+            }
+        }
+        if let ibusTable = try reader.table("ibus") {
+            var ibusReader = TableReader(table: ibusTable, prefix: "ibus.")
+            ibus.pushToTalk = try ibusReader.string("push_to_talk", default: ibus.pushToTalk)
+            try ibusReader.refuseUnknownKeys()
+            guard ibus.pushToTalk.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) else {
+                throw ConfigurationError(
+                    "ibus.push_to_talk = \"\(ibus.pushToTalk)\" is not a key name; use an X keysym name like \"F9\", \"Pause\" or \"Scroll_Lock\" (`xev` shows a key's name), or leave it empty."
                 )
             }
         }

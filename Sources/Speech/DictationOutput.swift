@@ -13,7 +13,15 @@ public protocol DictationOutputSession: Sendable {
     /// Types `text` (a final with its leading separator) after everything before it; returns at once.
     func type(_ text: String)
 
+    /// Shows `text` (the pending interim with its leading separator; empty: nothing) where the
+    /// next final will go, replacing what was shown. Only an input method can; tools ignore it.
+    func preedit(_ text: String)
+
     /// The session is over with `transcript` (nil when it was cancelled): clipboard output puts
     /// it on the clipboard. `done` is called once everything is delivered or has failed.
     func finish(transcript: String?, done: @escaping @Sendable () -> Void)
+}
+
+extension DictationOutputSession {
+    public func preedit(_ text: String) {}
 }

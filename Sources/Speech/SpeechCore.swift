@@ -296,6 +296,7 @@ public actor SpeechCore {
     /// Clears the transcript (and says so with an empty final update); listening goes on.
     public func resetTranscript() {
         transcript.reset()
+        showInterim("")
         publish(.transcript("", update: TranscriptUpdate(segment: "", isFinal: true)))
     }
 
@@ -548,6 +549,8 @@ public actor SpeechCore {
         if result.isFinal {
             store(result)
             typeFinal(result.text)
+        } else {
+            showInterim(result.text)
         }
         publish(
             .transcript(
@@ -564,6 +567,7 @@ public actor SpeechCore {
     private func dropInterim() {
         guard !transcript.interim.isEmpty else { return }
         transcript.dropInterim()
+        showInterim("")
         publish(.transcript(transcript.text, update: nil))
     }
 
@@ -744,6 +748,13 @@ public actor SpeechCore {
         output.session.type(output.typedAny ? " " + text : text)
         output.typedAny = true
         activeOutput = output
+    }
+
+    /// The pending interim, shown where the next final will be typed (an input method's preedit).
+    private func showInterim(_ text: String) {
+        guard let output = activeOutput, output.mode == .type else { return }
+        let text = Transcript.normalized(text)
+        output.session.preedit(text.isEmpty || !output.typedAny ? text : " " + text)
     }
 
     /// A tool failed: the session goes on and the text stays in the transcript and history.

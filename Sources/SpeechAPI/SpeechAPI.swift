@@ -32,6 +32,10 @@ public enum SpeechMethod: String, CaseIterable, Sendable {
     case listAppConsent = "ListAppConsent"
     /// Host callers only: `allow`, `deny` or `ask` (forget) for one app id.
     case setAppConsent = "SetAppConsent"
+    /// Host callers only: the caller is the desktop's input method (`sttd-ibus`) and reports
+    /// whether it is active and focused (see ``InputMethodState``); text of sessions with
+    /// `output = type` then goes to it as `InputMethodPreedit` and `InputMethodCommit`.
+    case setInputMethodState = "SetInputMethodState"
 
     public var name: String { rawValue }
 
@@ -46,6 +50,7 @@ public enum SpeechMethod: String, CaseIterable, Sendable {
         case .startTranscribing, .toggleTranscribing: return [options]
         case .getHistory: return [DBusArgument("limit", .uint32)]
         case .setAppConsent: return [DBusArgument("app_id", .string), DBusArgument("decision", .string)]
+        case .setInputMethodState: return [DBusArgument("state", .dictionary(key: .string, value: .variant))]
         case .stopTranscribing, .cancelTranscribing, .resetTranscript, .requestAuthorization, .listSources,
             .listAppConsent:
             return []
@@ -60,7 +65,7 @@ public enum SpeechMethod: String, CaseIterable, Sendable {
         case .listSources: [DBusArgument("sources", .array(Self.sourceType))]
         case .getHistory: [DBusArgument("entries", .array(Self.historyEntryType))]
         case .listAppConsent: [DBusArgument("decisions", .dictionary(key: .string, value: .string))]
-        case .startTranscribing, .cancelTranscribing, .resetTranscript, .setAppConsent: []
+        case .startTranscribing, .cancelTranscribing, .resetTranscript, .setAppConsent, .setInputMethodState: []
         }
     }
 }
@@ -125,6 +130,11 @@ public enum SpeechSignal: Sendable, Equatable {
     case sessionFailed(errorName: String, message: String)
     case audioLevel(rmsDBFS: Double)
     case speechActivity(speaking: Bool)
+    /// To the input method only: show `text` at the cursor as preedit, replacing the one shown
+    /// (empty: none).
+    case inputMethodPreedit(text: String)
+    /// To the input method only: insert `text` into the focused field, clearing the preedit.
+    case inputMethodCommit(text: String)
 
     public var name: String {
         switch self {
@@ -132,6 +142,8 @@ public enum SpeechSignal: Sendable, Equatable {
         case .sessionFailed: "SessionFailed"
         case .audioLevel: "AudioLevel"
         case .speechActivity: "SpeechActivity"
+        case .inputMethodPreedit: "InputMethodPreedit"
+        case .inputMethodCommit: "InputMethodCommit"
         }
     }
 
@@ -144,6 +156,7 @@ public enum SpeechSignal: Sendable, Equatable {
             [("error_name", .string(errorName)), ("message", .string(message))]
         case .audioLevel(let level): [("rms_dbfs", .double(level))]
         case .speechActivity(let speaking): [("speaking", .boolean(speaking))]
+        case .inputMethodPreedit(let text), .inputMethodCommit(let text): [("text", .string(text))]
         }
     }
 
@@ -153,6 +166,8 @@ public enum SpeechSignal: Sendable, Equatable {
         .sessionFailed(errorName: "", message: ""),
         .audioLevel(rmsDBFS: 0),
         .speechActivity(speaking: false),
+        .inputMethodPreedit(text: ""),
+        .inputMethodCommit(text: ""),
     ]
 
     public static var declarations: [DBusSignal] {
@@ -180,6 +195,12 @@ public enum SpeechSignal: Sendable, Equatable {
         case ("SpeechActivity", 1):
             guard let speaking = arguments[0].boolean else { return nil }
             self = .speechActivity(speaking: speaking)
+        case ("InputMethodPreedit", 1):
+            guard let text = arguments[0].string else { return nil }
+            self = .inputMethodPreedit(text: text)
+        case ("InputMethodCommit", 1):
+            guard let text = arguments[0].string else { return nil }
+            self = .inputMethodCommit(text: text)
         default:
             return nil
         }
@@ -247,5 +268,48 @@ extension SpeechAPI {
             declaration(
                 backend: "local", language: "en-US", source: "", serve: { _ in unserved }, setter: { _ in { $0 } })
         ])
+    }
+}
+
+/// What the desktop's input method (`sttd-ibus`) tells sttd with `SetInputMethodState`.
+public struct InputMethodState: Sendable, Equatable {
+    /// The `sttd` engine is the input method of some text field (the user chose "Dictation").
+    public var active = false
+    /// A text field using the engine has the keyboard focus (not the desktop background).
+    public var focused = false
+    /// That field is for a password or PIN: it never receives dictated text.
+    public var secret = false
+
+    public init(active: Bool = false, focused: Bool = false, secret: Bool = false) {
+        self.active = active
+        self.focused = focused
+        self.secret = secret
+    }
+
+    /// The keys of the `a{sv}` argument, each a boolean; a missing key is false.
+    public static let keys = ["active", "focused", "secret"]
+
+    /// The `a{sv}` argument of `SetInputMethodState`.
+    public var dbusValue: DBusValue {
+        .vardict([("active", .boolean(active)), ("focused", .boolean(focused)), ("secret", .boolean(secret))])
+    }
+
+    /// Parses the argument; an unknown key or a value that is not a boolean is `InvalidArgs`.
+    public init(parsing value: DBusValue) throws(DBusError) {
+        guard let entries = value.stringVariantDictionary else {
+            throw .invalidArgs("state must be a dictionary of type a{sv}")
+        }
+        for (key, value) in entries {
+            guard let flag = value.boolean else {
+                throw .invalidArgs("state key '\(key)' must have type 'b', not '\(value.type)'")
+            }
+            switch key {
+            case "active": active = flag
+            case "focused": focused = flag
+            case "secret": secret = flag
+            default:
+                throw .invalidArgs("unknown state key '\(key)'; known keys: \(Self.keys.joined(separator: ", "))")
+            }
+        }
     }
 }

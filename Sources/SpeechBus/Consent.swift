@@ -39,6 +39,8 @@ public final class Consent: Sendable {
     static let hostOnly: [String: String] = [
         SpeechMethod.listAppConsent.name: appDecisionsAreHostOnly,
         SpeechMethod.setAppConsent.name: appDecisionsAreHostOnly,
+        SpeechMethod.setInputMethodState.name:
+            "Only the desktop's input method (sttd-ibus, outside any sandbox) may receive dictated text for the focused field.",
         SpeechMethod.getHistory.name:
             "History holds what was dictated in every app, so only programs outside a sandbox can read it (`sttctl history` in a terminal); an app gets its own text from StopTranscribing and TranscriptChanged.",
     ]

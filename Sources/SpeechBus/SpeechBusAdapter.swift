@@ -32,25 +32,32 @@ public final class SpeechBusAdapter: Sendable {
     /// (carrying the old value of another field) must not put the old value back for a moment.
     private let shownSettings: Mutex<SpeechSettings>
     private let consent: Consent?
+    private let inputMethod: InputMethodRoute?
     private let logger: Logger
 
     /// Declares the object around a core; `settings` are the writable properties' first values.
     /// With `consent`, its gate guards the interface, sessions are labelled with their app, and a
-    /// sandboxed app sees and controls only its own session.
+    /// sandboxed app sees and controls only its own session. With `inputMethod`,
+    /// `SetInputMethodState` attaches the desktop's input method to it.
     public init(
-        core: SpeechCore, settings: SpeechSettings, consent: Consent? = nil, logger: Logger = Logger(label: "sttd")
+        core: SpeechCore, settings: SpeechSettings, consent: Consent? = nil, inputMethod: InputMethodRoute? = nil,
+        logger: Logger = Logger(label: "sttd")
     ) throws(DBusError) {
         self.core = core
         self.consent = consent
+        self.inputMethod = inputMethod
         self.logger = logger
         shownSettings = Mutex(settings)
         let view = SessionView()
         self.view = view
         let interface = SpeechAPI.declaration(
             backend: settings.backend.rawValue, language: settings.language, source: settings.source,
-            serve: { method in Self.handler(for: method, core: core, consent: consent, view: view) },
+            serve: { method in
+                Self.handler(for: method, core: core, consent: consent, view: view, inputMethod: inputMethod)
+            },
             setter: { property in Self.setter(for: property, core: core) })
         object = try DBusObject(path: SpeechAPI.objectPath, interfaces: [interface])
+        inputMethod?.attach(object)
         if let consent {
             object.install(gate: consent.gate)
             object.install { access, stored in
@@ -88,6 +95,7 @@ public final class SpeechBusAdapter: Sendable {
         }
         consent?.observeDepartures { [self] name in
             if view.isOwner(name) { ownerLeft(name) }
+            inputMethod?.departed(name)
         }
     }
 
@@ -164,9 +172,9 @@ public final class SpeechBusAdapter: Sendable {
     /// core, and replies when the core answers. Calls about the session are decided on the core,
     /// in one step with the call itself: a sandboxed caller that does not own the running session
     /// gets `Busy` (see ``SessionView``).
-    static func handler(for method: SpeechMethod, core: SpeechCore, consent: Consent?, view: SessionView)
-        -> DBusMethod.Handler
-    {
+    static func handler(
+        for method: SpeechMethod, core: SpeechCore, consent: Consent?, view: SessionView, inputMethod: InputMethodRoute?
+    ) -> DBusMethod.Handler {
         switch method {
         case .startTranscribing:
             return { call, reply in
@@ -282,6 +290,21 @@ public final class SpeechBusAdapter: Sendable {
                     }
                 }
                 if !queued { reply.fail(SpeechError.busy("sttd is busy; try again.")) }
+            }
+        case .setInputMethodState:
+            // Host callers only (the gate refuses sandboxed ones): an app must never pose as the
+            // focused field and receive the user's dictation.
+            return { call, reply in
+                do throws(DBusError) {
+                    let state = try InputMethodState(parsing: call.arguments[0])
+                    guard let inputMethod else {
+                        return reply.fail(SpeechError.internal("this sttd does not route text to an input method"))
+                    }
+                    inputMethod.update(from: call.sender, state)
+                    reply.send([])
+                } catch {
+                    reply.fail(error)
+                }
             }
         case .listSources:
             return { _, reply in

@@ -1,0 +1,203 @@
+import SpeechAPI
+
+/// What `sttd-ibus` does, decided without I/O: events from ibus-daemon (engines created,
+/// focused, enabled, told their field's purpose), from sttd (preedit and commits) and from the
+/// push-to-talk key come in; actions (IBus signals, reports to sttd, session calls) come out.
+///
+/// Rules:
+/// - Text goes to the field that has the focus when it arrives: an interim as preedit, a final
+///   committed. With no field focused (the desktop), or a password/PIN field, it is dropped
+///   (sttd keeps it in the transcript and history and says so once).
+/// - After a focus change the field's purpose is not known until ibus-daemon's messages sent with
+///   the focus have been read: text waits (``Action/settle(_:)``) until then, so a password field
+///   never gets a word meant for the field before it.
+/// - The preedit follows the focus: it leaves with the field (IBus drops it, "clear" mode) and
+///   shows again in the next field.
+/// - A held push-to-talk key repeats presses: only the first starts a session.
+public struct EngineMachine: Sendable {
+    /// An input from ibus-daemon, sttd or the key.
+    public enum Event: Sendable, Equatable {
+        case created(path: String)
+        case destroyed(path: String)
+        case enabled(path: String)
+        case disabled(path: String)
+        /// `client` is nil when ibus-daemon did not say (`FocusIn` without an id).
+        case focusIn(path: String, client: String?)
+        case focusOut(path: String)
+        case contentType(path: String, purpose: UInt32)
+        /// The field reset its input method (a click moved the cursor): its preedit is gone.
+        case reset(path: String)
+        /// Everything ibus-daemon sent before the round trip numbered so has been read.
+        case settled(UInt64)
+        case preedit(String)
+        case commit(String)
+        /// sttd (re)appeared on the session bus: it must hear the state again.
+        case sttdAppeared
+        case pushToTalk(pressed: Bool)
+    }
+
+    /// An output to carry out, in order.
+    public enum Action: Sendable, Equatable {
+        /// `UpdatePreeditText` on the engine at `path` (empty text: hidden).
+        case showPreedit(path: String, text: String)
+        /// `CommitText` on the engine at `path`.
+        case commit(path: String, text: String)
+        /// Tell sttd with `SetInputMethodState`.
+        case report(InputMethodState)
+        /// Make a round trip to ibus-daemon, then feed ``Event/settled(_:)`` with this number.
+        case settle(UInt64)
+        case startSession
+        case stopSession
+        /// Text dropped because no ordinary field had the focus (logged, never with the text).
+        case dropped(characters: Int, secret: Bool)
+    }
+
+    private struct Engine {
+        var enabled = false
+        var purpose: UInt32 = 0
+    }
+
+    /// At most this many finals wait for a focus change to settle; older ones are dropped first.
+    public static let pendingLimit = 256
+
+    private var engines: [String: Engine] = [:]
+    /// The engine whose field has the focus, if an ordinary field (not the desktop) has it.
+    private var focused: String?
+    /// The focus change being settled, if any; text waits meanwhile.
+    private var settling: UInt64?
+    private var rounds: UInt64 = 0
+    private var pending: [String] = []
+    /// The current interim, and where it is shown.
+    private var preedit = ""
+    private var shownOn: String?
+    private var reported: InputMethodState?
+    private var keyDown = false
+
+    public init() {}
+
+    /// What sttd hears. While a focus change settles, "not focused": never the old field's
+    /// purpose for the new field.
+    public var state: InputMethodState {
+        let active = engines.values.contains { $0.enabled }
+        guard settling == nil, let focused, let engine = engines[focused], engine.enabled else {
+            return InputMethodState(active: active)
+        }
+        return InputMethodState(active: active, focused: true, secret: Self.isSecret(engine.purpose))
+    }
+
+    static func isSecret(_ purpose: UInt32) -> Bool { purpose == IBus.password || purpose == IBus.pin }
+
+    public mutating func handle(_ event: Event) -> [Action] {
+        var actions: [Action] = []
+        switch event {
+        case .created(let path):
+            engines[path] = Engine()
+        case .destroyed(let path):
+            engines[path] = nil
+            loseFocus(path)
+        case .enabled(let path):
+            engines[path, default: Engine()].enabled = true
+        case .disabled(let path):
+            engines[path]?.enabled = false
+            loseFocus(path)
+        case .focusIn(let path, let client):
+            guard engines[path] != nil else { break }
+            if focused != path { loseFocus(focused) }
+            guard client != IBus.fakeClient else { break }
+            focused = path
+            rounds += 1
+            settling = rounds
+            actions.append(.settle(rounds))
+        case .focusOut(let path):
+            loseFocus(path)
+        case .contentType(let path, let purpose):
+            engines[path]?.purpose = purpose
+            guard path == focused, settling == nil else { break }
+            if !Self.isSecret(purpose) {
+                actions += showPreedit()
+            } else if shownOn == path {
+                actions.append(.showPreedit(path: path, text: ""))
+                shownOn = nil
+            }
+        case .reset(let path):
+            if shownOn == path { shownOn = nil }
+        case .settled(let round):
+            guard round == settling else { break }
+            settling = nil
+            actions += deliverPending()
+            actions += showPreedit()
+        case .preedit(let text):
+            preedit = text
+            actions += showPreedit()
+        case .commit(let text):
+            preedit = ""
+            if settling != nil {
+                pending.append(text)
+                if pending.count > Self.pendingLimit { pending.removeFirst() }
+            } else {
+                actions += deliver(text)
+            }
+        case .sttdAppeared:
+            reported = nil
+        case .pushToTalk(let pressed):
+            if pressed && !keyDown { actions.append(.startSession) }
+            if !pressed && keyDown { actions.append(.stopSession) }
+            keyDown = pressed
+        }
+        if state != reported {
+            reported = state
+            actions.append(.report(state))
+        }
+        return actions
+    }
+
+    /// The engine at `path` no longer has an ordinary field's focus.
+    private mutating func loseFocus(_ path: String?) {
+        guard let path, focused == path else { return }
+        focused = nil
+        settling = nil
+        // Finals that waited for the focus to settle had no field: dropped like any such text.
+        pending.removeAll()
+        // IBus drops a "clear"-mode preedit at focus-out; it shows again in the next field.
+        if shownOn == path { shownOn = nil }
+    }
+
+    /// The focused ordinary field, if text may go there now.
+    private var target: String? {
+        guard settling == nil, let focused, let engine = engines[focused], engine.enabled,
+            !Self.isSecret(engine.purpose)
+        else { return nil }
+        return focused
+    }
+
+    private mutating func deliver(_ text: String) -> [Action] {
+        guard let target else {
+            let secret = focused.flatMap { engines[$0] }.map { Self.isSecret($0.purpose) } ?? false
+            return [.dropped(characters: text.count, secret: secret)]
+        }
+        var actions: [Action] = []
+        if shownOn == target {
+            actions.append(.showPreedit(path: target, text: ""))
+            shownOn = nil
+        }
+        actions.append(.commit(path: target, text: text))
+        return actions
+    }
+
+    private mutating func deliverPending() -> [Action] {
+        let waiting = pending
+        pending.removeAll()
+        return waiting.flatMap { deliver($0) }
+    }
+
+    private mutating func showPreedit() -> [Action] {
+        guard let target else { return [] }
+        if preedit.isEmpty {
+            guard shownOn == target else { return [] }
+            shownOn = nil
+            return [.showPreedit(path: target, text: "")]
+        }
+        shownOn = target
+        return [.showPreedit(path: target, text: preedit)]
+    }
+}

@@ -1,0 +1,365 @@
+import DBus
+import Foundation
+import Logging
+import SpeechAPI
+import Synchronization
+
+/// `sttd-ibus`: an IBus engine that passes every key through (but the push-to-talk key) and puts
+/// sttd's dictation into the focused field, with the pending words as preedit.
+///
+/// Two connections: ibus-daemon's private bus (the factory and the engines it asks for) and the
+/// session bus (sttd). Their handlers only queue events; one task runs them through the
+/// ``EngineMachine`` in order and carries out its actions. Calls that wait for a reply (reports,
+/// sessions, the settling round trip) run in their own child tasks, each fed by a stream, so a
+/// slow sttd never holds up text for the field.
+public final class InputMethodEngine: Sendable {
+    /// Events wait here for the machine; beyond it an event is refused (logged). ibus-daemon and
+    /// sttd send a handful per keystroke or result; 4096 is far beyond any burst.
+    public static let eventCapacity = 4096
+
+    private let configuration: EngineConfiguration
+    private let environment: [String: String]
+    private let logger: Logger
+    private let engineCount = Mutex<Int>(0)
+
+    public init(configuration: EngineConfiguration, environment: [String: String], logger: Logger) {
+        self.configuration = configuration
+        self.environment = environment
+        self.logger = logger
+    }
+
+    /// Serves until ibus-daemon or the session bus goes away.
+    public func run() async throws(IBusError) {
+        let address = try IBus.address(environment: environment)
+        let ibus: DBusConnection
+        let session: DBusConnection
+        do {
+            ibus = try await DBusConnection.connect(to: .address(address), logger: logger)
+        } catch {
+            throw IBusError("cannot connect to ibus-daemon at its address: \(error.message)")
+        }
+        do {
+            session = try await DBusConnection.connect(to: .session, logger: logger)
+        } catch {
+            ibus.close()
+            throw IBusError("cannot connect to the session bus, where sttd is: \(error.message)")
+        }
+        defer {
+            ibus.close()
+            session.close()
+        }
+
+        let (events, eventInput) = AsyncStream.makeStream(
+            of: EngineMachine.Event.self, bufferingPolicy: .bufferingOldest(Self.eventCapacity))
+        let queue = EventQueue(input: eventInput, logger: logger)
+        // Only the newest state matters to sttd; one settling round at a time, the newest.
+        let (reports, reportInput) = AsyncStream.makeStream(
+            of: InputMethodState.self, bufferingPolicy: .bufferingNewest(1))
+        let (rounds, roundInput) = AsyncStream.makeStream(of: UInt64.self, bufferingPolicy: .bufferingNewest(1))
+        // Presses and releases in order; a held key does not repeat here (the machine filters).
+        let (commands, commandInput) = AsyncStream.makeStream(
+            of: SessionCommand.self, bufferingPolicy: .bufferingOldest(16))
+
+        ibus.export(factory(on: ibus, queue: queue))
+        do {
+            let reply = try await ibus.requestName(IBus.componentName)
+            guard reply == 1 else { throw IBusError("another \(IBus.componentName) runs on this ibus-daemon") }
+        } catch let error as IBusError {
+            throw error
+        } catch {
+            throw IBusError("cannot own \(IBus.componentName) on ibus-daemon's bus: \(error)")
+        }
+        logger.info(
+            "serving the IBus engine",
+            metadata: ["engine": "\(IBus.engineName)", "push_to_talk": "\(configuration.pushToTalkName ?? "off")"])
+
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { [self] in
+                var machine = EngineMachine()
+                for await event in events {
+                    for action in machine.handle(event) {
+                        perform(action, ibus: ibus, reports: reportInput, rounds: roundInput, commands: commandInput)
+                    }
+                }
+                reportInput.finish()
+                roundInput.finish()
+                commandInput.finish()
+            }
+            group.addTask { [self] in await followText(from: session, into: queue) }
+            group.addTask { [self] in await followOwner(on: session, into: queue) }
+            group.addTask { [self] in await report(reports, on: session) }
+            group.addTask { [self] in await settle(rounds, on: ibus, into: queue) }
+            group.addTask { [self] in await runSessions(commands, on: session) }
+            group.addTask { [logger] in
+                // Either bus gone: the engine is done (ibus-daemon starts it again when needed).
+                await withTaskGroup(of: String.self) { buses in
+                    buses.addTask { await ibus.waitUntilDisconnected(); return "ibus-daemon" }
+                    buses.addTask { await session.waitUntilDisconnected(); return "the session bus" }
+                    let gone = await buses.next() ?? "a bus"
+                    logger.notice("the connection to \(gone) closed; exiting")
+                    buses.cancelAll()
+                    ibus.close()
+                    session.close()
+                }
+                eventInput.finish()
+            }
+        }
+    }
+
+    // MARK: The engines ibus-daemon asks for
+
+    private func factory(on ibus: DBusConnection, queue: EventQueue) -> DBusObject {
+        let create = DBusMethod(
+            "CreateEngine", inputs: [DBusArgument("name", .string)], outputs: [DBusArgument("path", .objectPath)]
+        ) { [self] call, reply in
+            guard call.arguments.first?.string == IBus.engineName else {
+                return reply.fail(DBusError.failed("this component has one engine, \(IBus.engineName)"))
+            }
+            let number = engineCount.withLock { count in
+                count += 1
+                return count
+            }
+            let path = IBus.enginePathPrefix + "\(number)"
+            do {
+                ibus.export(try engine(at: path, on: ibus, queue: queue))
+            } catch {
+                return reply.fail(error)
+            }
+            queue.yield(.created(path: path))
+            reply.send([.objectPath(path)])
+        }
+        // A fixed, valid declaration: it cannot fail.
+        return try! DBusObject(
+            path: IBus.factoryPath, interfaces: [DBusInterface(name: IBus.factoryInterface, methods: [create])],
+            logger: logger)
+    }
+
+    /// One engine object: every method ibus-daemon calls is answered; those that matter queue an event.
+    private func engine(at path: String, on ibus: DBusConnection, queue: EventQueue) throws(DBusError) -> DBusObject {
+        let pushToTalk = configuration.pushToTalk
+        func method(_ name: String, _ inputs: [DBusType] = [], event: EngineMachine.Event? = nil) -> DBusMethod {
+            DBusMethod(name, inputs: inputs.enumerated().map { DBusArgument("arg\($0.offset)", $0.element) }) {
+                _, reply in
+                if let event { queue.yield(event) }
+                reply.send([])
+            }
+        }
+        let processKey = DBusMethod(
+            "ProcessKeyEvent", inputs: [DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
+                DBusArgument("state", .uint32)],
+            outputs: [DBusArgument("handled", .boolean)]
+        ) { call, reply in
+            // Every key but push-to-talk goes to the application as it is (the user's layout applies).
+            guard let pushToTalk, call.arguments.first?.uint32 == pushToTalk else { return reply.send([.boolean(false)]) }
+            let released = (call.arguments[2].uint32 ?? 0) & IBus.releaseMask != 0
+            queue.yield(.pushToTalk(pressed: !released))
+            reply.send([.boolean(true)])
+        }
+        let focusInID = DBusMethod(
+            "FocusInId", inputs: [DBusArgument("object_path", .string), DBusArgument("client", .string)]
+        ) { call, reply in
+            queue.yield(.focusIn(path: path, client: call.arguments[1].string))
+            reply.send([])
+        }
+        let destroy = DBusMethod("Destroy") { [logger] _, reply in
+            reply.send([])
+            ibus.unexport(path: path)
+            queue.yield(.destroyed(path: path))
+            logger.debug("engine destroyed", metadata: ["path": "\(path)"])
+        }
+        let contentType = DBusProperty(
+            "ContentType", .structure([.uint32(0), .uint32(0)]), changeSignal: .none,
+            setter: { value in
+                guard case .structure(let fields) = value, fields.count == 2, let purpose = fields[0].uint32 else {
+                    throw DBusError.invalidArgs("ContentType must be (uu)")
+                }
+                queue.yield(.contentType(path: path, purpose: purpose))
+                return value
+            })
+        // True: ibus-daemon then says which client has the focus, so the desktop ("fake") is no field.
+        let focusID = DBusProperty("FocusId", .boolean(true), changeSignal: .const)
+        let engineInterface = DBusInterface(
+            name: IBus.engineInterface,
+            methods: [
+                processKey,
+                method("SetCursorLocation", [.int32, .int32, .int32, .int32]),
+                method("ProcessHandWritingEvent", [.array(.double)]),
+                method("CancelHandWriting", [.uint32]),
+                method("SetCapabilities", [.uint32]),
+                method("PropertyActivate", [.string, .uint32]),
+                method("PropertyShow", [.string]),
+                method("PropertyHide", [.string]),
+                method("CandidateClicked", [.uint32, .uint32, .uint32]),
+                method("FocusIn", event: .focusIn(path: path, client: nil)),
+                focusInID,
+                method("FocusOut", event: .focusOut(path: path)),
+                method("FocusOutId", [.string], event: .focusOut(path: path)),
+                method("Reset", event: .reset(path: path)),
+                method("Enable", event: .enabled(path: path)),
+                method("Disable", event: .disabled(path: path)),
+                method("PageUp"), method("PageDown"), method("CursorUp"), method("CursorDown"),
+                method("SetSurroundingText", [.variant, .uint32, .uint32]),
+                method("PanelExtensionReceived", [.variant]),
+                method("PanelExtensionRegisterKeys", [.variant]),
+            ],
+            properties: [contentType, focusID],
+            signals: [
+                DBusSignal("CommitText", arguments: [DBusArgument("text", .variant)]),
+                DBusSignal(
+                    "UpdatePreeditText",
+                    arguments: [
+                        DBusArgument("text", .variant), DBusArgument("cursor_pos", .uint32),
+                        DBusArgument("visible", .boolean), DBusArgument("mode", .uint32),
+                    ]),
+            ])
+        let serviceInterface = DBusInterface(name: IBus.serviceInterface, methods: [destroy])
+        return try DBusObject(path: path, interfaces: [engineInterface, serviceInterface], logger: logger)
+    }
+
+    // MARK: Actions
+
+    private func perform(
+        _ action: EngineMachine.Action, ibus: DBusConnection, reports: AsyncStream<InputMethodState>.Continuation,
+        rounds: AsyncStream<UInt64>.Continuation, commands: AsyncStream<SessionCommand>.Continuation
+    ) {
+        switch action {
+        case .showPreedit(let path, let text):
+            emit(
+                on: ibus, path: path, "UpdatePreeditText",
+                [IBus.text(text), .uint32(IBus.characterCount(text)), .boolean(!text.isEmpty), .uint32(IBus.preeditClear)])
+        case .commit(let path, let text):
+            emit(on: ibus, path: path, "CommitText", [IBus.text(text)])
+        case .report(let state):
+            reports.yield(state)
+        case .settle(let round):
+            rounds.yield(round)
+        case .startSession:
+            commands.yield(.start)
+        case .stopSession:
+            commands.yield(.stop)
+        case .dropped(let characters, let secret):
+            // Never the text itself: it may be anything the user said.
+            logger.notice(
+                "dictated text not put into a field: \(secret ? "a password or PIN field" : "no text field") has the focus",
+                metadata: ["characters": "\(characters)"])
+        }
+    }
+
+    private func emit(on ibus: DBusConnection, path: String, _ member: String, _ arguments: [DBusValue]) {
+        do {
+            try ibus.emitSignal(path: path, interface: IBus.engineInterface, member: member, arguments: arguments)
+        } catch {
+            logger.error("cannot send \(member) to ibus-daemon", metadata: ["error": "\(error.message)"])
+        }
+    }
+
+    // MARK: sttd
+
+    /// sttd's preedit and commits, sent to this connection alone, from whoever owns sttd's name.
+    private func followText(from session: DBusConnection, into queue: EventQueue) async {
+        let signals: AsyncStream<DBusSignalMessage>
+        do {
+            signals = try await session.signals(
+                sender: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface)
+        } catch {
+            return logger.error("cannot follow sttd's signals", metadata: ["error": "\(error.message)"])
+        }
+        for await message in signals {
+            switch SpeechSignal(message) {
+            case .inputMethodPreedit(let text): queue.yield(.preedit(text))
+            case .inputMethodCommit(let text): queue.yield(.commit(text))
+            default: break
+            }
+        }
+    }
+
+    /// A new sttd (a restart, or started by activation) learns the state again.
+    private func followOwner(on session: DBusConnection, into queue: EventQueue) async {
+        let changes: AsyncStream<DBusSignalMessage>
+        do {
+            changes = try await session.signals(
+                sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+                argument0: SpeechAPI.busName)
+        } catch {
+            return logger.error("cannot follow sttd's bus name", metadata: ["error": "\(error.message)"])
+        }
+        for await change in changes {
+            guard change.arguments.count == 3, change.arguments[0].string == SpeechAPI.busName,
+                change.arguments[2].string?.isEmpty == false
+            else { continue }
+            queue.yield(.sttdAppeared)
+        }
+    }
+
+    /// Tells sttd each state. An active one starts sttd if needed (the user chose dictation); an
+    /// inactive one is not worth starting it for.
+    private func report(_ states: AsyncStream<InputMethodState>, on session: DBusConnection) async {
+        for await state in states {
+            do {
+                if !state.active {
+                    let running = try await session.call(
+                        destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                        interface: "org.freedesktop.DBus", member: "NameHasOwner", arguments: [.string(SpeechAPI.busName)])
+                    guard running.first?.boolean == true else { continue }
+                }
+                _ = try await session.call(
+                    destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
+                    member: SpeechMethod.setInputMethodState.name, arguments: [state.dbusValue])
+            } catch {
+                logger.warning(
+                    "cannot tell sttd the input method's state; it hears it again when it restarts",
+                    metadata: ["error": "\(error.message)"])
+            }
+        }
+    }
+
+    /// A round trip to ibus-daemon: its reply comes after everything it sent before it.
+    private func settle(_ rounds: AsyncStream<UInt64>, on ibus: DBusConnection, into queue: EventQueue) async {
+        for await round in rounds {
+            _ = try? await ibus.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                member: "GetId", timeout: .seconds(5))
+            queue.yield(.settled(round))
+        }
+    }
+
+    private enum SessionCommand: Sendable { case start, stop }
+
+    /// Push-to-talk: a press starts a session typed through this engine, its release stops the
+    /// session it started (not one somebody else started).
+    private func runSessions(_ commands: AsyncStream<SessionCommand>, on session: DBusConnection) async {
+        var started = false
+        for await command in commands {
+            do {
+                switch command {
+                case .start:
+                    _ = try await session.call(
+                        destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
+                        member: SpeechMethod.startTranscribing.name, arguments: [.vardict([("output", .string("type"))])])
+                    started = true
+                case .stop:
+                    guard started else { continue }
+                    started = false
+                    _ = try await session.call(
+                        destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
+                        member: SpeechMethod.stopTranscribing.name)
+                }
+            } catch {
+                // sttd shows why in a notification; the log says it too.
+                logger.warning("push-to-talk: sttd refused", metadata: ["error": "\(error)"])
+            }
+        }
+    }
+}
+
+/// The machine's queue, fed from the buses' threads.
+struct EventQueue: Sendable {
+    let input: AsyncStream<EngineMachine.Event>.Continuation
+    let logger: Logger
+
+    func yield(_ event: EngineMachine.Event) {
+        if case .dropped = input.yield(event) {
+            logger.error("the input method's event queue is full; an event was dropped")
+        }
+    }
+}

@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""A GTK 3 window with one text field that uses the input method GTK_IM_MODULE names (ibus in
+the tests), as a desktop app's field does. It records what the field holds, and every preedit
+the input method showed, in a JSON file the tests read:
+
+    {"text": "...", "preedit": "...", "preedits": N, "preedit_seen": ["...", ...], "focus": true}
+
+  ibus_field.py READY STATE [--purpose password]
+
+READY gets the window's X id once the field has the focus. With --purpose password the field
+is a visible GtkEntry whose input purpose is PASSWORD (GTK keeps input methods away from
+invisible ones by itself); otherwise a GtkTextView (free form, several lines).
+"""
+import json
+import os
+import sys
+
+import gi
+
+gi.require_version("Gtk", "3.0")
+from gi.repository import GLib, Gtk  # noqa: E402
+
+ready_path, state_path = sys.argv[1], sys.argv[2]
+password = "--purpose" in sys.argv and sys.argv[sys.argv.index("--purpose") + 1] == "password"
+
+state = {"text": "", "preedit": "", "preedits": 0, "preedit_seen": [], "focus": False}
+
+
+def save():
+    tmp = state_path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(state, f, ensure_ascii=False)
+    os.replace(tmp, state_path)
+
+
+def on_preedit(_widget, preedit):
+    state["preedit"] = preedit
+    if preedit:
+        state["preedits"] += 1
+        state["preedit_seen"] = (state["preedit_seen"] + [preedit])[-50:]
+    save()
+
+
+window = Gtk.Window(title="sttd test field")
+window.set_default_size(800, 300)
+window.move(0, 0)
+if password:
+    field = Gtk.Entry()
+    field.set_input_purpose(Gtk.InputPurpose.PASSWORD)
+    field.connect("changed", lambda e: (state.update(text=e.get_text()), save()))
+else:
+    field = Gtk.TextView()
+    buffer = field.get_buffer()
+    buffer.connect(
+        "changed",
+        lambda b: (state.update(text=b.get_text(b.get_start_iter(), b.get_end_iter(), True)), save()),
+    )
+field.connect("preedit-changed", on_preedit)
+field.connect("focus-in-event", lambda *_: (state.update(focus=True), save(), False)[-1])
+field.connect("focus-out-event", lambda *_: (state.update(focus=False), save(), False)[-1])
+window.add(field)
+window.connect("destroy", Gtk.main_quit)
+window.show_all()
+field.grab_focus()
+save()
+
+
+def announce():
+    tmp = ready_path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(str(window.get_window().get_xid()))
+    os.replace(tmp, ready_path)
+    return False
+
+
+GLib.timeout_add(100, announce)
+Gtk.main()
