@@ -120,6 +120,10 @@ extension SpeechProperty where Value == String {
     public static var version: Self { Self("Version", changeSignal: .const) }
     /// The app whose session is listening (a Flatpak/Snap id, or `host`); empty when idle.
     public static var activeClient: Self { Self("ActiveClient") }
+    /// The desktop's input method as sttd knows it: empty (none, or not chosen), `active` (chosen,
+    /// no text field focused), `focused` (typed text goes into the focused field through it) or
+    /// `secret` (the focused field is for a password or PIN: nothing is typed).
+    public static var inputMethod: Self { Self("InputMethod") }
     /// Where the local Deepgram-compatible server listens (`ws://127.0.0.1:8765`); empty when off.
     public static var serverAddress: Self { Self("ServerAddress") }
 }
@@ -257,6 +261,7 @@ extension SpeechAPI {
                 SpeechProperty.version.declaration(initial: version),
                 SpeechProperty.activeClient.declaration(initial: ""),
                 SpeechProperty.serverAddress.declaration(initial: ""),
+                SpeechProperty.inputMethod.declaration(initial: ""),
             ],
             signals: SpeechSignal.declarations)
     }
@@ -288,6 +293,13 @@ public struct InputMethodState: Sendable, Equatable {
 
     /// The keys of the `a{sv}` argument, each a boolean; a missing key is false.
     public static let keys = ["active", "focused", "secret"]
+
+    /// The value of the `InputMethod` property for this state.
+    public var summary: String {
+        guard active else { return "" }
+        guard focused else { return "active" }
+        return secret ? "secret" : "focused"
+    }
 
     /// The `a{sv}` argument of `SetInputMethodState`.
     public var dbusValue: DBusValue {

@@ -32,6 +32,7 @@ public final class InputMethodRoute: Sendable {
             defer { attached = Attached(name: sender, state: state) }
             return attached
         }
+        if previous?.state.summary != state.summary || previous == nil { show(state.summary) }
         if previous?.name != sender {
             logger.info("input method attached", metadata: ["sender": "\(sender)", "active": "\(state.active)"])
         } else if previous?.state != state {
@@ -48,7 +49,13 @@ public final class InputMethodRoute: Sendable {
             attached = nil
             return true
         }
-        if wasAttached { logger.info("input method left the bus", metadata: ["sender": "\(name)"]) }
+        guard wasAttached else { return }
+        logger.info("input method left the bus", metadata: ["sender": "\(name)"])
+        show("")
+    }
+
+    private func show(_ summary: String) {
+        object.withLock { $0 }?.set(.inputMethod, summary)
     }
 
     /// What the input method last said; nil when none is attached or it is not active.

@@ -58,6 +58,11 @@ struct ConsentTests {
         #expect(apps.status == 0 && apps.stdout.contains("org.example.Notes\tdeny"), "\(apps)")
         let sneaky = try await notes.callSttd("SetAppConsent", ["org.example.Notes", "allow"])
         #expect(sneaky.status != 0 && sneaky.stderr.contains(Self.notAuthorized), "\(sneaky)")
+        // An app cannot pose as the focused field to receive the user's dictation.
+        let posing = try await notes.callSttd(
+            "SetInputMethodState", ["{'active': <true>, 'focused': <true>, 'secret': <false>}"])
+        #expect(posing.status != 0 && posing.stderr.contains(Self.notAuthorized), "\(posing)")
+        #expect(try await fixture.property("InputMethod") == .string(""))
         let allow = try fixture.sttctl(["allow", "org.example.Notes"])
         #expect(allow.status == 0, "\(allow)")
 

@@ -36,6 +36,12 @@ public enum DesktopKind: String, Sendable, CaseIterable, CustomStringConvertible
     }
 
     fileprivate var lock: AsyncLock { self == .x11 ? AsyncLock.x11 : AsyncLock.wayland }
+
+    /// Holds this desktop for one test (windows of one desktop are opened one test at a time).
+    public func hold() async { await lock.lock() }
+
+    /// Lets the next test have the desktop.
+    public func release() { lock.unlock() }
 }
 
 /// Which application a ``ReceivingWindow`` is.
