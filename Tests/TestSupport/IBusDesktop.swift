@@ -1,0 +1,167 @@
+import Foundation
+
+/// The X11 test desktop with a private ibus-daemon whose engines include `sttd` (from
+/// `sttd-ibus --component-xml`), selected as the input method, for one sttd: ibus-daemon, its
+/// engine and the GTK windows share sttd's session bus and config folder. Holds the X11 desktop
+/// until ``close()``.
+public final class IBusDesktop: @unchecked Sendable {
+    // Safety: immutable after init except `closed`, guarded by `closeLock`.
+    /// What a GTK client needs: DISPLAY, the ibus-daemon's config folder, GTK_IM_MODULE=ibus.
+    public let environment: [String: String]
+    private let directory: String
+    private let daemon: ChildProcess
+    private let closeLock = NSLock()
+    private var closed = false
+
+    /// Starts ibus-daemon for `sttd` and selects the `sttd` engine. Fails loudly when a part is missing.
+    public static func start(for sttd: SttdFixture) async throws -> IBusDesktop {
+        var environment = try DesktopKind.x11.environment()
+        await DesktopKind.x11.hold()
+        do {
+            environment.merge(sttd.environment.filter { ["DBUS_SESSION_BUS_ADDRESS", "HOME", "XDG_CONFIG_HOME"].contains($0.key) }) { $1 }
+            return try await IBusDesktop(environment: environment)
+        } catch {
+            DesktopKind.x11.release()
+            throw error
+        }
+    }
+
+    private init(environment base: [String: String]) async throws {
+        let daemonPath = try requireTool("ibus-daemon", package: "ibus")
+        let ibus = try requireTool("ibus", package: "ibus")
+        for module in ["/usr/lib/x86_64-linux-gnu/gtk-3.0/3.0.0/immodules/im-ibus.so"]
+        where !FileManager.default.fileExists(atPath: module) {
+            throw MissingPrerequisite(description: "\(module) is missing: `sudo apt install ibus-gtk3` (scripts/setup)")
+        }
+        directory = try makeTemporaryDirectory("sttd-ibus")
+        try FileManager.default.createDirectory(atPath: "\(directory)/component", withIntermediateDirectories: true)
+        let xml = try await run(try builtExecutable("sttd-ibus"), ["--component-xml"])
+        guard xml.status == 0 else { throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)") }
+        try xml.stdout.write(toFile: "\(directory)/component/sttd.xml", atomically: true, encoding: .utf8)
+        var environment = base
+        environment["IBUS_COMPONENT_PATH"] = "/usr/share/ibus/component:\(directory)/component"
+        environment["XDG_CACHE_HOME"] = "\(directory)/cache"
+        environment["GTK_IM_MODULE"] = "ibus"
+        environment["NO_AT_BRIDGE"] = "1"
+        environment["LC_ALL"] = "C.UTF-8"
+        self.environment = environment
+        // -s: no panel and no config program (no dconf headless); -v: the engine's log goes to ours.
+        daemon = try ChildProcess(
+            daemonPath, ["--single", "--verbose", "--cache=refresh", "--panel=disable", "--emoji-extension=disable"],
+            environment: environment, stderr: "\(directory)/ibus-daemon.log")
+        let selected = try await waitFor(timeout: .seconds(20)) {
+            guard daemon.isRunning else { return false }
+            _ = try await run(ibus, ["engine", IBusDesktop.engine], environment: environment, timeout: 10)
+            let current = try await run(ibus, ["engine"], environment: environment, timeout: 10)
+            return current.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == IBusDesktop.engine
+        }
+        guard selected else {
+            daemon.stop(grace: 2)
+            throw MissingPrerequisite(description: "ibus-daemon did not select the sttd engine: \(log)")
+        }
+    }
+
+    static let engine = "sttd"
+
+    /// ibus-daemon's log, with the engine's (`sttd-ibus`) in it.
+    public var log: String { (try? String(contentsOfFile: "\(directory)/ibus-daemon.log", encoding: .utf8)) ?? "(no log)" }
+
+    /// Opens a GTK 3 window with one field, using IBus, and gives it the keyboard focus.
+    public func openField(password: Bool = false) async throws -> IBusField {
+        try await IBusField(desktop: self, password: password)
+    }
+
+    /// Stops ibus-daemon (and so its engine) and lets the next test have the desktop.
+    public func close() {
+        let wasClosed = closeLock.withLock {
+            defer { closed = true }
+            return closed
+        }
+        guard !wasClosed else { return }
+        daemon.stop(grace: 2)
+        try? FileManager.default.removeItem(atPath: directory)
+        DesktopKind.x11.release()
+    }
+
+    deinit { close() }
+}
+
+/// A GTK 3 window (`Tests/Clients/ibus_field.py`) whose one field uses IBus, with what it holds
+/// and the preedits it showed.
+public final class IBusField: @unchecked Sendable {
+    // Safety: immutable after init.
+    private let process: ChildProcess
+    private let directory: String
+    private let environment: [String: String]
+    /// The X window id.
+    public let windowID: String
+
+    /// What the field recorded.
+    public struct Record: Decodable, Sendable {
+        public var text: String
+        public var preedit: String
+        /// How many times a non-empty preedit was shown.
+        public var preedits: Int
+        /// The last 50 non-empty preedits.
+        public var preedit_seen: [String]
+        public var focus: Bool
+    }
+
+    fileprivate init(desktop: IBusDesktop, password: Bool) async throws {
+        environment = desktop.environment
+        directory = try makeTemporaryDirectory("sttd-field")
+        let script = "\(DeepgramSDKClient.packageRoot)/Tests/Clients/ibus_field.py"
+        let ready = "\(directory)/ready"
+        process = try ChildProcess(
+            "/usr/bin/python3", [script, ready, "\(directory)/state"] + (password ? ["--purpose", "password"] : []),
+            environment: environment, stderr: "\(directory)/field.log")
+        guard await waitFor(timeout: .seconds(20), { FileManager.default.fileExists(atPath: ready) }) else {
+            let log = (try? String(contentsOfFile: "\(directory)/field.log", encoding: .utf8)) ?? ""
+            process.stop(grace: 2)
+            throw MissingPrerequisite(
+                description: "the GTK test field did not start (needs python3-gi, gir1.2-gtk-3.0): \(log)")
+        }
+        windowID = ((try? String(contentsOfFile: ready, encoding: .utf8)) ?? "").trimmingCharacters(
+            in: .whitespacesAndNewlines)
+        try await focus()
+    }
+
+    /// Gives this window the keyboard focus (no window manager: it stays there).
+    public func focus() async throws {
+        let xdotool = try requireTool("xdotool", package: "xdotool")
+        let focused = try await waitFor(timeout: .seconds(10)) {
+            let focus = try await run(xdotool, ["windowfocus", "--sync", windowID], environment: environment, timeout: 5)
+            let pointer = try await run(
+                xdotool, ["mousemove", "--window", windowID, "20", "20"], environment: environment, timeout: 5)
+            return focus.status == 0 && pointer.status == 0 && record?.focus == true
+        }
+        guard focused else { throw MissingPrerequisite(description: "could not focus the GTK test field \(windowID)") }
+    }
+
+    /// Types keys with xdotool (XTEST), as a keyboard would.
+    public func xdotool(_ arguments: [String]) async throws {
+        let xdotool = try requireTool("xdotool", package: "xdotool")
+        let result = try await run(xdotool, arguments, environment: environment, timeout: 20)
+        guard result.status == 0 else { throw MissingPrerequisite(description: "xdotool \(arguments): \(result.stderr)") }
+    }
+
+    /// What the field recorded last; nil before its first record.
+    public var record: Record? {
+        guard let data = FileManager.default.contents(atPath: "\(directory)/state") else { return nil }
+        return try? JSONDecoder().decode(Record.self, from: data)
+    }
+
+    public var text: String { record?.text ?? "" }
+
+    /// Waits (up to `timeout`) until the field holds exactly `expected`.
+    public func waitForText(_ expected: String, timeout: Duration = .seconds(15)) async -> Bool {
+        await waitFor(timeout: timeout) { text == expected }
+    }
+
+    public func close() {
+        process.stop(grace: 2)
+        try? FileManager.default.removeItem(atPath: directory)
+    }
+
+    deinit { close() }
+}
