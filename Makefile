@@ -42,8 +42,11 @@ demo: build
 install: release
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(SYSTEMD_USER_DIR) $(DESTDIR)$(DATADIR)/dbus-1/services \
 		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/bash-completion/completions \
-		$(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d
-	install -m 755 .build/release/sttd .build/release/sttctl $(DESTDIR)$(BINDIR)/
+		$(DESTDIR)$(DATADIR)/zsh/site-functions $(DESTDIR)$(DATADIR)/fish/vendor_completions.d \
+		$(DESTDIR)$(DATADIR)/ibus/component
+	install -m 755 .build/release/sttd .build/release/sttctl .build/release/sttd-ibus $(DESTDIR)$(BINDIR)/
+	@# The input method's component file; ibus-daemon reads /usr/share/ibus/component (see README).
+	.build/release/sttd-ibus --component-xml --exec $(BINDIR)/sttd-ibus > $(DESTDIR)$(DATADIR)/ibus/component/sttd.xml
 	sed 's|@bindir@|$(BINDIR)|g' systemd/sttd.service > $(DESTDIR)$(SYSTEMD_USER_DIR)/sttd.service
 	sed 's|@bindir@|$(BINDIR)|g' dbus/io.github.sttd.Speech1.service > $(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service
 	install -m 644 dbus/io.github.sttd.Speech1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/
@@ -65,7 +68,8 @@ install: release
 
 uninstall:
 	@systemctl --user disable --now sttd 2>/dev/null || true
-	rm -f $(DESTDIR)$(BINDIR)/sttd $(DESTDIR)$(BINDIR)/sttctl \
+	rm -f $(DESTDIR)$(BINDIR)/sttd $(DESTDIR)$(BINDIR)/sttctl $(DESTDIR)$(BINDIR)/sttd-ibus \
+		$(DESTDIR)$(DATADIR)/ibus/component/sttd.xml \
 		$(DESTDIR)$(SYSTEMD_USER_DIR)/sttd.service \
 		$(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service \
 		$(DESTDIR)$(DATADIR)/dbus-1/interfaces/io.github.sttd.Speech1.xml \

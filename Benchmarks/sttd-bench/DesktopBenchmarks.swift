@@ -55,6 +55,53 @@ enum DesktopBenchmarks {
         return samples
     }
 
+    /// The input method: a final's `TranscriptChanged` at a subscriber → its text committed in a
+    /// GTK field through `sttd-ibus` and ibus-daemon (Xvfb), over three recordings.
+    static func inputMethodLatency() async throws -> Row {
+        let server = try await DeepgramTestServer()
+        var environment = try DesktopKind.x11.environment()
+        environment["WAYLAND_DISPLAY"] = ""
+        environment["STTD_API_KEY"] = server.script.key
+        environment["PATH"] = "/nonexistent"  // no typing tool: the text comes through the engine
+        let sttd = try await SttdFixture(config: streamingConfig(server), environment: environment)
+        let desktop = try await IBusDesktop.start(for: sttd)
+        defer { desktop.close() }
+        let field = try await desktop.openField()
+        defer { field.close() }
+        while try await sttd.property("InputMethod") != .string("focused") { try await Task.sleep(for: .milliseconds(20)) }
+        var samples: [Double] = []
+        for recording in try LibriVox.recordings().prefix(3) {
+            // A stream per session: the last session's flushed finals are not this one's.
+            let signals = try await sttd.client.signals(sender: SttdFixture.name, member: "TranscriptChanged")
+            try await sttd.call("StartTranscribing", [.vardict([("output", .string("type"))])])
+            let player = try sttd.pulse.startPlaying(recording.path)
+            for await signal in signals {
+                guard signal.arguments.last == .boolean(true), let transcript = signal.arguments.first?.string else {
+                    continue
+                }
+                let received = ContinuousClock.now
+                // The field's record is rewritten on each change; 1 ms polling.
+                while field.text.unicodeScalars.count < transcript.unicodeScalars.count,
+                    ContinuousClock.now - received < .seconds(5)
+                {
+                    try await Task.sleep(for: .milliseconds(1))
+                }
+                samples.append(milliseconds(ContinuousClock.now - received))
+                if !player.isRunning { break }
+            }
+            _ = try await sttd.call("StopTranscribing")
+            try await sttd.call("ResetTranscript")
+            try await field.xdotool(["key", "ctrl+a", "BackSpace"])
+            while !field.text.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
+        }
+        return Row(
+            number: 15,
+            name: "input method (final at a subscriber → committed in a GTK field via sttd-ibus, \(samples.count) finals)",
+            result: "p50 \(format(percentile(samples, 50), 1)) ms, p99 \(format(percentile(samples, 99), 1)) ms",
+            aim: "≤ 10 ms p50 (xdotool ~19 ms, wtype ~340 ms)",
+            values: ["p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99)])
+    }
+
     /// Auto-stop: from the end of speech to `State` leaving `listening`, with `auto_stop_ms` =
     /// 1000, over the five recordings (offline engine). The end of speech is the file's last
     /// 20 ms above -40 dBFS: the time after it in the file counts as silence already heard.

@@ -29,9 +29,11 @@ public final class IBusDesktop: @unchecked Sendable {
     private init(environment base: [String: String]) async throws {
         let daemonPath = try requireTool("ibus-daemon", package: "ibus")
         let ibus = try requireTool("ibus", package: "ibus")
-        for module in ["/usr/lib/x86_64-linux-gnu/gtk-3.0/3.0.0/immodules/im-ibus.so"]
-        where !FileManager.default.fileExists(atPath: module) {
-            throw MissingPrerequisite(description: "\(module) is missing: `sudo apt install ibus-gtk3` (scripts/setup)")
+        let libraries = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib")) ?? []
+        guard libraries.contains(where: {
+            FileManager.default.fileExists(atPath: "/usr/lib/\($0)/gtk-3.0/3.0.0/immodules/im-ibus.so")
+        }) else {
+            throw MissingPrerequisite(description: "GTK 3's IBus module is missing: `sudo apt install ibus-gtk3` (scripts/setup)")
         }
         directory = try makeTemporaryDirectory("sttd-ibus")
         try FileManager.default.createDirectory(atPath: "\(directory)/component", withIntermediateDirectories: true)
