@@ -68,7 +68,9 @@ enum DesktopBenchmarks {
         defer { desktop.close() }
         let field = try await desktop.openField()
         defer { field.close() }
-        while try await sttd.property("InputMethod") != .string("focused") { try await Task.sleep(for: .milliseconds(20)) }
+        while try await sttd.property("InputMethod") != .string("focused") {
+            try await Task.sleep(for: .milliseconds(20))
+        }
         var samples: [Double] = []
         for recording in try LibriVox.recordings().prefix(3) {
             // A stream per session: the last session's flushed finals are not this one's.
@@ -96,7 +98,8 @@ enum DesktopBenchmarks {
         }
         return Row(
             number: 15,
-            name: "input method (final at a subscriber → committed in a GTK field via sttd-ibus, \(samples.count) finals)",
+            name:
+                "input method (final at a subscriber → committed in a GTK field via sttd-ibus, \(samples.count) finals)",
             result: "p50 \(format(percentile(samples, 50), 1)) ms, p99 \(format(percentile(samples, 99), 1)) ms",
             aim: "≤ 10 ms p50 (xdotool ~19 ms, wtype ~340 ms)",
             values: ["p50_ms": percentile(samples, 50), "p99_ms": percentile(samples, 99)])

@@ -31,7 +31,8 @@ public struct EngineConfiguration: Sendable, Equatable {
     /// sttd's config file, as sttd finds it: `$STTD_CONFIG`, else `$XDG_CONFIG_HOME/sttd/config.toml`.
     public static func path(environment: [String: String]) -> String {
         if let path = environment["STTD_CONFIG"], !path.isEmpty { return path }
-        let configHome = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+        let configHome =
+            environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
             ?? "\(environment["HOME"] ?? NSHomeDirectory())/.config"
         return "\(configHome)/sttd/config.toml"
     }

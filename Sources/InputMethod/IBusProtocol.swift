@@ -45,7 +45,8 @@ public enum IBus {
         if let address = environment["IBUS_ADDRESS"], !address.isEmpty { return address }
         let file = try addressFile(environment: environment, root: root)
         guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
-            throw IBusError("no ibus-daemon runs for this display (\(file) is missing): start it with `ibus-daemon -drx`")
+            throw IBusError(
+                "no ibus-daemon runs for this display (\(file) is missing): start it with `ibus-daemon -drx`")
         }
         var address: String?
         var pid: Int32?
@@ -78,11 +79,13 @@ public enum IBus {
         } else {
             throw IBusError("neither WAYLAND_DISPLAY nor DISPLAY is set, so no ibus-daemon can be found")
         }
-        let machineID = ["\(root)/var/lib/dbus/machine-id", "\(root)/etc/machine-id"].lazy
+        let machineID =
+            ["\(root)/var/lib/dbus/machine-id", "\(root)/etc/machine-id"].lazy
             .compactMap { try? String(contentsOfFile: $0, encoding: .utf8) }
             .map { $0.trimmingCharacters(in: .whitespacesAndNewlines) }
             .first { !$0.isEmpty } ?? "machine-id"
-        let configHome = environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
+        let configHome =
+            environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
             ?? "\(environment["HOME"] ?? NSHomeDirectory())/.config"
         return "\(configHome)/ibus/bus/\(machineID)-\(host)-\(display)"
     }

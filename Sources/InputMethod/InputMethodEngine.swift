@@ -93,8 +93,12 @@ public final class InputMethodEngine: Sendable {
             group.addTask { [logger] in
                 // Either bus gone: the engine is done (ibus-daemon starts it again when needed).
                 await withTaskGroup(of: String.self) { buses in
-                    buses.addTask { await ibus.waitUntilDisconnected(); return "ibus-daemon" }
-                    buses.addTask { await session.waitUntilDisconnected(); return "the session bus" }
+                    buses.addTask {
+                        await ibus.waitUntilDisconnected(); return "ibus-daemon"
+                    }
+                    buses.addTask {
+                        await session.waitUntilDisconnected(); return "the session bus"
+                    }
                     let gone = await buses.next() ?? "a bus"
                     logger.notice("the connection to \(gone) closed; exiting")
                     buses.cancelAll()
@@ -145,12 +149,17 @@ public final class InputMethodEngine: Sendable {
             }
         }
         let processKey = DBusMethod(
-            "ProcessKeyEvent", inputs: [DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
-                DBusArgument("state", .uint32)],
+            "ProcessKeyEvent",
+            inputs: [
+                DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
+                DBusArgument("state", .uint32),
+            ],
             outputs: [DBusArgument("handled", .boolean)]
         ) { call, reply in
             // Every key but push-to-talk goes to the application as it is (the user's layout applies).
-            guard let pushToTalk, call.arguments.first?.uint32 == pushToTalk else { return reply.send([.boolean(false)]) }
+            guard let pushToTalk, call.arguments.first?.uint32 == pushToTalk else {
+                return reply.send([.boolean(false)])
+            }
             let released = (call.arguments[2].uint32 ?? 0) & IBus.releaseMask != 0
             queue.yield(.pushToTalk(pressed: !released))
             reply.send([.boolean(true)])
@@ -226,7 +235,10 @@ public final class InputMethodEngine: Sendable {
         case .showPreedit(let path, let text):
             emit(
                 on: ibus, path: path, "UpdatePreeditText",
-                [IBus.text(text), .uint32(IBus.characterCount(text)), .boolean(!text.isEmpty), .uint32(IBus.preeditClear)])
+                [
+                    IBus.text(text), .uint32(IBus.characterCount(text)), .boolean(!text.isEmpty),
+                    .uint32(IBus.preeditClear),
+                ])
         case .commit(let path, let text):
             emit(on: ibus, path: path, "CommitText", [IBus.text(text)])
         case .report(let state):
@@ -299,7 +311,8 @@ public final class InputMethodEngine: Sendable {
                 if !state.active {
                     let running = try await session.call(
                         destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                        interface: "org.freedesktop.DBus", member: "NameHasOwner", arguments: [.string(SpeechAPI.busName)])
+                        interface: "org.freedesktop.DBus", member: "NameHasOwner",
+                        arguments: [.string(SpeechAPI.busName)])
                     guard running.first?.boolean == true else { continue }
                 }
                 _ = try await session.call(
@@ -335,7 +348,8 @@ public final class InputMethodEngine: Sendable {
                 case .start:
                     _ = try await session.call(
                         destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
-                        member: SpeechMethod.startTranscribing.name, arguments: [.vardict([("output", .string("type"))])])
+                        member: SpeechMethod.startTranscribing.name,
+                        arguments: [.vardict([("output", .string("type"))])])
                     started = true
                 case .stop:
                     guard started else { continue }

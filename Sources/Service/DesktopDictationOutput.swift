@@ -35,7 +35,8 @@ struct DesktopDictationOutput: DictationOutput {
         if mode == .type, let inputMethod, let state = inputMethod.activeState {
             if state.focused && state.secret { throw Self.secretField }
             return InputMethodDictationSession(
-                route: inputMethod, fallback: { DesktopOutput(environment: environment, typingTool: typingTool, logger: logger) },
+                route: inputMethod,
+                fallback: { DesktopOutput(environment: environment, typingTool: typingTool, logger: logger) },
                 failed: failed)
         }
         let desktop = DesktopOutput(environment: environment, typingTool: typingTool, logger: logger)

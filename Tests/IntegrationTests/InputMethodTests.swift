@@ -21,6 +21,23 @@ extension Integration {
             return try await SttdFixture(config: config, environment: environment)
         }
 
+        /// sttd, the IBus desktop and a GTK field with the focus, the engine on it: the field
+        /// closes with the desktop.
+        static func focusedField(config: String = "", environment: [String: String] = [:]) async throws -> (
+            SttdFixture, IBusDesktop, IBusField
+        ) {
+            let sttd = try await Self.sttd(config: config, environment: environment)
+            let desktop = try await IBusDesktop.start(for: sttd)
+            do {
+                let field = try await desktop.openField()
+                try await Self.waitForInputMethod(sttd, "focused")
+                return (sttd, desktop, field)
+            } catch {
+                desktop.close()
+                throw error
+            }
+        }
+
         static func waitForInputMethod(_ sttd: SttdFixture, _ expected: String) async throws {
             let reached = try await waitFor(timeout: .seconds(15)) {
                 try await sttd.property("InputMethod") == .string(expected)
@@ -40,12 +57,8 @@ extension Integration {
         }
 
         @Test func dictatedSpeechLandsInTheFieldAsTheStopReplyWithPreeditWhileSpeaking() async throws {
-            let sttd = try await Self.sttd()
-            let desktop = try await IBusDesktop.start(for: sttd)
+            let (sttd, desktop, field) = try await Self.focusedField()
             defer { desktop.close() }
-            let field = try await desktop.openField()
-            defer { field.close() }
-            try await Self.waitForInputMethod(sttd, "focused")
             let recorder = try await sttd.record()
 
             let start = try sttd.sttctl(["start", "--output", "type"])
@@ -67,12 +80,8 @@ extension Integration {
 
         @Test func nonASCIIFinalsArriveExactlyAndInterimsShowAsPreedit() async throws {
             let (server, config, environment) = try await Self.streamingServer()
-            let sttd = try await Self.sttd(config: config, environment: environment)
-            let desktop = try await IBusDesktop.start(for: sttd)
+            let (sttd, desktop, field) = try await Self.focusedField(config: config, environment: environment)
             defer { desktop.close() }
-            let field = try await desktop.openField()
-            defer { field.close() }
-            try await Self.waitForInputMethod(sttd, "focused")
 
             let start = try sttd.sttctl(["toggle", "--output", "type"])
             #expect(start.status == 0, "\(start)")
@@ -83,19 +92,18 @@ extension Integration {
             #expect(reply.hasPrefix("café Straße ✓ 😀 café"), "\(reply)")
             #expect(await field.waitForText(reply), "field: \(field.text)\nreply: \(reply)\n\(desktop.log)")
             let seen = field.record?.preedit_seen ?? []
-            #expect(!seen.isEmpty && seen.allSatisfy { reply.contains($0.trimmingCharacters(in: .whitespaces)) }, "\(seen)")
+            #expect(
+                !seen.isEmpty && seen.allSatisfy { reply.contains($0.trimmingCharacters(in: .whitespaces)) }, "\(seen)")
             _ = server
         }
 
         @Test func keysPassThroughUnchanged() async throws {
-            let sttd = try await Self.sttd()
-            let desktop = try await IBusDesktop.start(for: sttd)
+            let (sttd, desktop, field) = try await Self.focusedField()
             defer { desktop.close() }
-            let field = try await desktop.openField()
-            defer { field.close() }
-            try await Self.waitForInputMethod(sttd, "focused")
             try await field.xdotool(["type", "--delay", "20", "Pass through: 123, OK?"])
             #expect(await field.waitForText("Pass through: 123, OK?"), "field: \(field.text)")
+            #expect(try await sttd.property("InputMethod") == .string("focused"), "the engine had the keys")
+            #expect(try await sttd.property("State") == .string("idle"))
         }
 
         @Test func aPasswordFieldNeverReceivesDictation() async throws {
@@ -138,12 +146,8 @@ extension Integration {
 
         @Test func pushToTalkStartsOnPressStopsOnReleaseAndTheKeyNeverReachesTheField() async throws {
             // A key that types "+" if it got through.
-            let sttd = try await Self.sttd(config: "[ibus]\npush_to_talk = \"KP_Add\"\n")
-            let desktop = try await IBusDesktop.start(for: sttd)
+            let (sttd, desktop, field) = try await Self.focusedField(config: "[ibus]\npush_to_talk = \"KP_Add\"\n")
             defer { desktop.close() }
-            let field = try await desktop.openField()
-            defer { field.close() }
-            try await Self.waitForInputMethod(sttd, "focused")
 
             try await field.xdotool(["keydown", "KP_Add"])
             let listening = try await waitFor(timeout: .seconds(30)) {
@@ -164,12 +168,8 @@ extension Integration {
 
         @Test func theEngineTellsARestartedSttdItsState() async throws {
             let (server, config, environment) = try await Self.streamingServer()
-            let sttd = try await Self.sttd(config: config, environment: environment)
-            let desktop = try await IBusDesktop.start(for: sttd)
+            let (sttd, desktop, field) = try await Self.focusedField(config: config, environment: environment)
             defer { desktop.close() }
-            let field = try await desktop.openField()
-            defer { field.close() }
-            try await Self.waitForInputMethod(sttd, "focused")
             try await sttd.restartService()
             try await Self.waitForInputMethod(sttd, "focused")
             let start = try sttd.sttctl(["start", "--output", "type"])

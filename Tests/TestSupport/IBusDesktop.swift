@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// The X11 test desktop with a private ibus-daemon whose engines include `sttd` (from
 /// `sttd-ibus --component-xml`), selected as the input method, for one sttd: ibus-daemon, its
@@ -12,13 +13,16 @@ public final class IBusDesktop: @unchecked Sendable {
     private let daemon: ChildProcess
     private let closeLock = NSLock()
     private var closed = false
+    private let fields = Mutex<[IBusField]>([])
 
     /// Starts ibus-daemon for `sttd` and selects the `sttd` engine. Fails loudly when a part is missing.
     public static func start(for sttd: SttdFixture) async throws -> IBusDesktop {
         var environment = try DesktopKind.x11.environment()
         await DesktopKind.x11.hold()
         do {
-            environment.merge(sttd.environment.filter { ["DBUS_SESSION_BUS_ADDRESS", "HOME", "XDG_CONFIG_HOME"].contains($0.key) }) { $1 }
+            environment.merge(
+                sttd.environment.filter { ["DBUS_SESSION_BUS_ADDRESS", "HOME", "XDG_CONFIG_HOME"].contains($0.key) }
+            ) { $1 }
             return try await IBusDesktop(environment: environment)
         } catch {
             DesktopKind.x11.release()
@@ -30,15 +34,20 @@ public final class IBusDesktop: @unchecked Sendable {
         let daemonPath = try requireTool("ibus-daemon", package: "ibus")
         let ibus = try requireTool("ibus", package: "ibus")
         let libraries = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib")) ?? []
-        guard libraries.contains(where: {
-            FileManager.default.fileExists(atPath: "/usr/lib/\($0)/gtk-3.0/3.0.0/immodules/im-ibus.so")
-        }) else {
-            throw MissingPrerequisite(description: "GTK 3's IBus module is missing: `sudo apt install ibus-gtk3` (scripts/setup)")
+        guard
+            libraries.contains(where: {
+                FileManager.default.fileExists(atPath: "/usr/lib/\($0)/gtk-3.0/3.0.0/immodules/im-ibus.so")
+            })
+        else {
+            throw MissingPrerequisite(
+                description: "GTK 3's IBus module is missing: `sudo apt install ibus-gtk3` (scripts/setup)")
         }
         directory = try makeTemporaryDirectory("sttd-ibus")
         try FileManager.default.createDirectory(atPath: "\(directory)/component", withIntermediateDirectories: true)
         let xml = try await run(try builtExecutable("sttd-ibus"), ["--component-xml"])
-        guard xml.status == 0 else { throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)") }
+        guard xml.status == 0 else {
+            throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)")
+        }
         try xml.stdout.write(toFile: "\(directory)/component/sttd.xml", atomically: true, encoding: .utf8)
         var environment = base
         environment["IBUS_COMPONENT_PATH"] = "/usr/share/ibus/component:\(directory)/component"
@@ -66,11 +75,16 @@ public final class IBusDesktop: @unchecked Sendable {
     static let engine = "sttd"
 
     /// ibus-daemon's log, with the engine's (`sttd-ibus`) in it.
-    public var log: String { (try? String(contentsOfFile: "\(directory)/ibus-daemon.log", encoding: .utf8)) ?? "(no log)" }
+    public var log: String {
+        (try? String(contentsOfFile: "\(directory)/ibus-daemon.log", encoding: .utf8)) ?? "(no log)"
+    }
 
-    /// Opens a GTK 3 window with one field, using IBus, and gives it the keyboard focus.
+    /// Opens a GTK 3 window with one field, using IBus, and gives it the keyboard focus; it
+    /// closes at the latest with the desktop.
     public func openField(password: Bool = false) async throws -> IBusField {
-        try await IBusField(desktop: self, password: password)
+        let field = try await IBusField(desktop: self, password: password)
+        fields.withLock { $0.append(field) }
+        return field
     }
 
     /// Stops ibus-daemon (and so its engine) and lets the next test have the desktop.
@@ -80,6 +94,7 @@ public final class IBusDesktop: @unchecked Sendable {
             return closed
         }
         guard !wasClosed else { return }
+        for field in fields.withLock({ $0 }) { field.close() }
         daemon.stop(grace: 2)
         try? FileManager.default.removeItem(atPath: directory)
         DesktopKind.x11.release()
@@ -132,7 +147,8 @@ public final class IBusField: @unchecked Sendable {
     public func focus() async throws {
         let xdotool = try requireTool("xdotool", package: "xdotool")
         let focused = try await waitFor(timeout: .seconds(10)) {
-            let focus = try await run(xdotool, ["windowfocus", "--sync", windowID], environment: environment, timeout: 5)
+            let focus = try await run(
+                xdotool, ["windowfocus", "--sync", windowID], environment: environment, timeout: 5)
             let pointer = try await run(
                 xdotool, ["mousemove", "--window", windowID, "20", "20"], environment: environment, timeout: 5)
             return focus.status == 0 && pointer.status == 0 && record?.focus == true
@@ -144,7 +160,9 @@ public final class IBusField: @unchecked Sendable {
     public func xdotool(_ arguments: [String]) async throws {
         let xdotool = try requireTool("xdotool", package: "xdotool")
         let result = try await run(xdotool, arguments, environment: environment, timeout: 20)
-        guard result.status == 0 else { throw MissingPrerequisite(description: "xdotool \(arguments): \(result.stderr)") }
+        guard result.status == 0 else {
+            throw MissingPrerequisite(description: "xdotool \(arguments): \(result.stderr)")
+        }
     }
 
     /// What the field recorded last; nil before its first record.
