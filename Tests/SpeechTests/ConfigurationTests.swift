@@ -36,6 +36,9 @@ struct ConfigurationTests {
                 [debug]
                 audio_dir = "/tmp/sttd-audio"
 
+                [ibus]
+                push_to_talk = "F9"
+
                 [deepgram]
                 url = "wss://api.subquadratic.ai/v1/listen"
                 auth = "subprotocol"
@@ -60,6 +63,7 @@ struct ConfigurationTests {
         #expect(config.deepgram.auth == .subprotocol)
         #expect(config.deepgram.params == ["smart_format": "true", "endpointing": "300", "punctuate": "true"])
         #expect(config.debug.audioDirectory == "/tmp/sttd-audio")
+        #expect(config.ibus.pushToTalk == "F9")
     }
 
     @Test(arguments: [
@@ -82,6 +86,8 @@ struct ConfigurationTests {
         ("backend = ", "line 1"),
         ("[debug]\naudio_dir = \"captures\"", "debug.audio_dir = \"captures\" is not an absolute path"),
         ("[debug]\nlevel = 1", "debug.level is not a known setting"),
+        ("[ibus]\npush_to_talk = \"ctrl+F9\"", "ibus.push_to_talk = \"ctrl+F9\" is not a key name"),
+        ("[ibus]\nhotkey = \"F9\"", "ibus.hotkey is not a known setting"),
     ])
     func refusesWithAMessageNamingTheKey(_ toml: String, _ expected: String) {
         let error = #expect(throws: ConfigurationError.self) { try Configuration(toml: toml) }
