@@ -346,6 +346,15 @@ public final class InputMethodEngine: Sendable {
             do {
                 switch command {
                 case .start:
+                    // A session already running is somebody else's: this key does not end it.
+                    let state = try await session.call(
+                        destination: SpeechAPI.busName, path: SpeechAPI.objectPath,
+                        interface: "org.freedesktop.DBus.Properties", member: "Get",
+                        arguments: [.string(SpeechAPI.interface), .string(SpeechProperty.state.name)])
+                    guard state.first?.variantValue?.string ?? "idle" == "idle" else {
+                        logger.notice("push-to-talk: a session is running already; the key leaves it alone")
+                        continue
+                    }
                     _ = try await session.call(
                         destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
                         member: SpeechMethod.startTranscribing.name,

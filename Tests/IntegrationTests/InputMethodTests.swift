@@ -164,6 +164,17 @@ extension Integration {
             #expect(!field.text.contains("+"))
             let history = try sttd.sttctl(["history", "--json"]).stdout
             #expect(history.split(separator: "\n").count == 1, "one session: \(history)")
+
+            // A session somebody else started is not the key's to stop.
+            #expect(try sttd.sttctl(["start"]).status == 0)
+            try await field.xdotool(["keydown", "KP_Add"])
+            try await field.xdotool(["keyup", "KP_Add"])
+            let leftAlone = await waitFor(timeout: .seconds(15)) {
+                desktop.log.contains("push-to-talk: a session is running already")
+            }
+            #expect(leftAlone, "\(desktop.log)")
+            #expect(try await sttd.property("State") == .string("listening"))
+            #expect(try sttd.sttctl(["stop"]).status == 0)
         }
 
         @Test func theEngineTellsARestartedSttdItsState() async throws {
