@@ -61,17 +61,9 @@ public final class PocketSphinxRecognizer: Recognizer {
     private let decoder: DecoderThread
     private let directory: String
     private let validator: (@Sendable (String) async -> Bool)?
-    private let state = Mutex<LoadState>(.notLoaded)
+    /// The model's load, started by the first caller; every caller shares its outcome.
+    private let loading = Mutex<Eventual<Result<Void, RecognitionError>>?>(nil)
     private let logger: Logger
-
-    private typealias LoadWaiter = CheckedContinuation<Result<Void, RecognitionError>, Never>
-
-    private enum LoadState {
-        case notLoaded
-        /// The first caller is loading; later callers wait here for its outcome.
-        case loading([LoadWaiter])
-        case done(Result<Void, RecognitionError>)
-    }
 
     /// - Parameters:
     ///   - modelDirectory: the model folder, e.g. `/usr/share/pocketsphinx/model/en-us`.
@@ -90,49 +82,16 @@ public final class PocketSphinxRecognizer: Recognizer {
 
     /// Loads the model (once); later calls wait for the first load and share its outcome.
     public func load() async throws(RecognitionError) {
-        enum Role {
-            case loader, waiter
-            case finished(Result<Void, RecognitionError>)
+        let (load, isFirst) = loading.withLock { loading in
+            if let load = loading { return (load, false) }
+            let load = Eventual<Result<Void, RecognitionError>>()
+            loading = load
+            return (load, true)
         }
-        let role = state.withLock { state -> Role in
-            switch state {
-            case .notLoaded:
-                state = .loading([])
-                return .loader
-            case .loading: return .waiter
-            case .done(let outcome): return .finished(outcome)
-            }
-        }
-        let outcome: Result<Void, RecognitionError>
-        switch role {
-        case .finished(let finished):
-            outcome = finished
-        case .loader:
-            // Nothing in the load heeds cancellation, so a cancelled first caller still leaves
-            // an outcome every waiter can share.
-            outcome = await performLoad()
-            let waiters = state.withLock { state -> [LoadWaiter] in
-                var waiters: [LoadWaiter] = []
-                if case .loading(let queued) = state { waiters = queued }
-                state = .done(outcome)
-                return waiters
-            }
-            for waiter in waiters { waiter.resume(returning: outcome) }
-        case .waiter:
-            outcome = await withCheckedContinuation { continuation in
-                // The load may have ended since the first look.
-                let finished = state.withLock { state -> Result<Void, RecognitionError>? in
-                    guard case .loading(let waiters) = state else {
-                        guard case .done(let outcome) = state else { preconditionFailure("load state went back") }
-                        return outcome
-                    }
-                    state = .loading(waiters + [continuation])
-                    return nil
-                }
-                if let finished { continuation.resume(returning: finished) }
-            }
-        }
-        try outcome.get()
+        // Nothing in the load heeds cancellation, so a cancelled first caller still leaves an
+        // outcome every waiter can share.
+        if isFirst { load.resolve(await performLoad()) }
+        try await load.value.get()
     }
 
     private func performLoad() async -> Result<Void, RecognitionError> {
@@ -334,13 +293,10 @@ final class LocalSession: RecognitionSession {
     let interimResults: Bool
     private let decoder: DecoderThread
     private let state = Mutex(State())
-
-    private typealias Runner = CheckedContinuation<Result<Void, RecognitionError>, Never>
+    private let outcome = Eventual<Result<Void, RecognitionError>>()
 
     private struct State {
         var phase = Phase.active
-        /// The callers of run(), resumed once the session has ended.
-        var runners: [Runner] = []
     }
 
     private enum Phase {
@@ -349,7 +305,7 @@ final class LocalSession: RecognitionSession {
         case finishing
         /// cancel() or a backlog overflow: the queued audio is gone, the decoder ends the session.
         case stopping
-        case ended(Result<Void, RecognitionError>)
+        case ended
     }
 
     init(decoder: DecoderThread, interimResults: Bool, events: any RecognitionEventSink) {
@@ -359,19 +315,7 @@ final class LocalSession: RecognitionSession {
     }
 
     func run() async throws(RecognitionError) {
-        let outcome = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let ended = state.withLock { state -> Result<Void, RecognitionError>? in
-                    if case .ended(let outcome) = state.phase { return outcome }
-                    state.runners.append(continuation)
-                    return nil
-                }
-                if let ended { continuation.resume(returning: ended) }
-            }
-        } onCancel: {
-            cancel()
-        }
-        try outcome.get()
+        try await outcome.wait { [self] in cancel() }
     }
 
     func send(_ chunk: AudioChunk) {
@@ -429,14 +373,8 @@ final class LocalSession: RecognitionSession {
     /// Called on the decoder thread after the session's last event; the first outcome counts.
     func complete(_ outcome: Result<Void, RecognitionError>) {
         decoder.release(self)
-        let runners = state.withLock { state -> [Runner] in
-            if case .ended = state.phase { return [] }
-            state.phase = .ended(outcome)
-            let runners = state.runners
-            state.runners = []
-            return runners
-        }
-        for runner in runners { runner.resume(returning: outcome) }
+        state.withLock { $0.phase = .ended }
+        self.outcome.resolve(outcome)
     }
 
     private static func seconds(_ samples: Int) -> String {

@@ -13,7 +13,7 @@ final class SherpaSession: RecognitionSession {
     let model: SherpaModel
     let decoders: SherpaDecoders
     private let input: Mutex<Input>
-    private let outcome = Mutex(Outcome())
+    private let outcome = Eventual<Result<Void, RecognitionError>>()
 
     /// What `send`, `finalize`, `finish` and `cancel` share: segmentation and the interim pace.
     private struct Input {
@@ -27,13 +27,6 @@ final class SherpaSession: RecognitionSession {
         var interimTime = Duration.zero
         /// Counted in the decoders' `speakingSessions`.
         var speaking = false
-    }
-
-    private typealias Runner = CheckedContinuation<Result<Void, RecognitionError>, Never>
-
-    private struct Outcome {
-        var ended: Result<Void, RecognitionError>?
-        var runners: [Runner] = []
     }
 
     /// Interims: the first 1.5 s into an utterance, then at least twenty times the last interim
@@ -76,19 +69,7 @@ final class SherpaSession: RecognitionSession {
     }
 
     func run() async throws(RecognitionError) {
-        let outcome = await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let ended = self.outcome.withLock { state -> Result<Void, RecognitionError>? in
-                    if let ended = state.ended { return ended }
-                    state.runners.append(continuation)
-                    return nil
-                }
-                if let ended { continuation.resume(returning: ended) }
-            }
-        } onCancel: {
-            cancel()
-        }
-        try outcome.get()
+        try await outcome.wait { [self] in cancel() }
     }
 
     func send(_ chunk: AudioChunk) {
@@ -162,8 +143,7 @@ final class SherpaSession: RecognitionSession {
         if !hasEnded { decoders.stop(self, error: nil, abandon: abandoning) }
         // run() returns now, not after a decode in progress (onnxruntime cannot stop one, and a
         // worker may have stopped answering). Under the results' lock: nothing goes out after.
-        let runners = interims.withLock { _ in takeRunners(ending: .success(())) }
-        for runner in runners { runner.resume(returning: .success(())) }
+        interims.withLock { _ in _ = outcome.resolve(.success(())) }
     }
 
     /// The pending utterance as work; a Finalize always gets its one (maybe empty) final.
@@ -224,21 +204,10 @@ final class SherpaSession: RecognitionSession {
             input.open = false
             setSpeaking(false, &input)
         }
-        let runners = takeRunners(ending: result)
-        for runner in runners { runner.resume(returning: result) }
+        outcome.resolve(result)
     }
 
-    /// Records the session's outcome if it has none yet; the callers of run() to resume with it.
-    private func takeRunners(ending result: Result<Void, RecognitionError>) -> [Runner] {
-        outcome.withLock { state -> [Runner] in
-            guard state.ended == nil else { return [] }
-            state.ended = result
-            defer { state.runners = [] }
-            return state.runners
-        }
-    }
-
-    var hasEnded: Bool { outcome.withLock { $0.ended != nil } }
+    var hasEnded: Bool { outcome.isResolved }
 
     /// Delivers an event unless the session has ended (a cancel does not wait for the decode in
     /// progress); call it under ``interims``' lock.
