@@ -179,7 +179,11 @@ extension Eventual where Value == Result<Void, RecognitionError> {
     /// Waits for a session's outcome; cancelling the waiting task calls `cancel` (which ends the
     /// session, and so resolves the outcome).
     func wait(onCancel cancel: @escaping @Sendable () -> Void) async throws(RecognitionError) {
-        let outcome = await withTaskCancellationHandler { await value } onCancel: { cancel() }
+        let outcome = await withTaskCancellationHandler {
+            await value
+        } onCancel: {
+            cancel()
+        }
         try outcome.get()
     }
 }
