@@ -117,6 +117,8 @@ extension SpeechProperty where Value == String {
     public static var activeClient: Self { Self("ActiveClient") }
     /// Where the local Deepgram-compatible server listens (`ws://127.0.0.1:8765`); empty when off.
     public static var serverAddress: Self { Self("ServerAddress") }
+    /// The engine of the running session: `deepgram`, or `local` (also after a fallback); empty when idle.
+    public static var activeBackend: Self { Self("ActiveBackend") }
 }
 
 /// The signals of `io.github.sttd.Speech1` with typed arguments.
@@ -236,6 +238,7 @@ extension SpeechAPI {
                 SpeechProperty.version.declaration(initial: version),
                 SpeechProperty.activeClient.declaration(initial: ""),
                 SpeechProperty.serverAddress.declaration(initial: ""),
+                SpeechProperty.activeBackend.declaration(initial: ""),
             ],
             signals: SpeechSignal.declarations)
     }
