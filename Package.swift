@@ -174,7 +174,7 @@ let package = Package(
             name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["DBus", "History", "Recognition", "Service", "SpeechAPI", "TestSupport"],
+            dependencies: ["Capture", "DBus", "History", "Recognition", "Service", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),
     ],
     swiftLanguageModes: [.v6]
