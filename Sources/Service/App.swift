@@ -277,8 +277,9 @@ public enum SttdApp {
             deepgram: FallbackRecognizer(primary: streaming, fallback: local, after: fallbackAfter, logger: logger))
     }
 
-    /// Whether the offline engine `[local]` chooses has what it needs on disk.
-    static func offlineEngineInstalled(_ local: Configuration.Local, install: SherpaInstall) -> Bool {
+    /// Whether the offline engine `[local]` chooses has what it needs on disk (the default of
+    /// `[deepgram] fallback` depends on it).
+    public static func offlineEngineInstalled(_ local: Configuration.Local, install: SherpaInstall) -> Bool {
         let (engine, sherpaModel) = chosenEngine(local, install: install)
         switch engine {
         case .pocketsphinx: return FileManager.default.fileExists(atPath: local.modelDirectory)

@@ -62,13 +62,14 @@ extension Integration {
             #expect(properties["ActiveClient"] == .string(""))
             // No [server] listen: no server, and an empty address.
             #expect(properties["ServerAddress"] == .string(""))
-            #expect(properties.count == 11)
+            #expect(properties["ActiveBackend"] == .string(""))
+            #expect(properties.count == 12)
         }
 
         @Test func readOnlyPropertiesRefuseSet() async throws {
             for name in [
                 "State", "Transcript", "AuthorizationStatus", "MicrophoneStatus", "LastError", "Version",
-                "ActiveClient", "ServerAddress",
+                "ActiveClient", "ServerAddress", "ActiveBackend",
             ] {
                 let error = await #expect(throws: DBusError.self) { try await sttd.set(name, .string("x")) }
                 #expect(error?.name == "org.freedesktop.DBus.Error.PropertyReadOnly", "\(name)")

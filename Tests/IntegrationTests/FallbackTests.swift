@@ -88,7 +88,8 @@ extension Integration {
         @Test func aRefusedKeyStartsOfflineAndSaysNotAuthorized() async throws {
             let server = try await DeepgramTestServer()
             let wrong = "not-the-right-key-77"
-            let sttd = try await SttdFixture(config: Self.config(url: server.url()), environment: ["STTD_API_KEY": wrong])
+            let sttd = try await SttdFixture(
+                config: Self.config(url: server.url()), environment: ["STTD_API_KEY": wrong])
             try await sttd.call("StartTranscribing", [.vardict([])])
             #expect(try await sttd.property("ActiveBackend") == .string("local"))
             #expect(try await sttd.property("AuthorizationStatus") == .string("denied"))

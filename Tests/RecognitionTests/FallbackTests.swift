@@ -29,7 +29,8 @@ struct FallbackTests {
         let streaming = DeepgramRecognizer(
             settings: DeepgramSettings(
                 url: url, caFile: caFile,
-                backoff: Backoff(base: .milliseconds(20), cap: .milliseconds(100), maxAttempts: 50, maxTotal: .seconds(30)),
+                backoff: Backoff(
+                    base: .milliseconds(20), cap: .milliseconds(100), maxAttempts: 50, maxTotal: .seconds(30)),
                 connectTimeout: .seconds(1)),
             environment: environment.merging(["STTD_API_KEY": key]) { $1 }, logger: logs.logger())
         return FallbackRecognizer(primary: streaming, fallback: offline, after: after, logger: logs.logger())
@@ -154,7 +155,8 @@ struct FallbackTests {
         }
         let readable = DeepgramRecognizer(
             settings: DeepgramSettings(url: plain.url(), apiKeyFile: keyFile), environment: [:], logger: logs.logger())
-        let recognizer = FallbackRecognizer(primary: readable, fallback: offline, after: .seconds(1), logger: logs.logger())
+        let recognizer = FallbackRecognizer(
+            primary: readable, fallback: offline, after: .seconds(1), logger: logs.logger())
         await #expect(throws: RecognitionError.self, "a key file others can read") {
             _ = try await recognizer.startSession(SessionOptions(), events: EventCollector())
         }
