@@ -140,7 +140,7 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: strictness),
         .executableTarget(
-            name: "sttd-bench", dependencies: ["CDBus", "DBus", "Recognition", "SpeechAPI", "TestSupport"],
+            name: "sttd-bench", dependencies: ["CDBus", "Capture", "DBus", "Recognition", "SpeechAPI", "TestSupport"],
             path: "Benchmarks/sttd-bench",
             swiftSettings: strictness),
 

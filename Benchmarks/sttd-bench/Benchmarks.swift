@@ -27,6 +27,7 @@ enum Benchmarks {
         Benchmark(name: "typing latency", run: DesktopBenchmarks.typingLatency),
         Benchmark(name: "auto-stop timing", run: DesktopBenchmarks.autoStopTiming),
         Benchmark(name: "local server: 4 streams, one model", run: localServerConcurrency),
+        Benchmark(name: "offline fallback: seam and takeover time", run: FallbackBenchmarks.fallbackSeam),
     ]
 
     /// Peak RSS in kB seen in benchmarks 3 (remote) and 4 (local), for row 6.
