@@ -130,7 +130,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "DBus", "SpeechAPI", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
+                "Capture", "DBus", "Recognition", "SpeechAPI", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

@@ -103,17 +103,9 @@ enum FallbackBenchmarks {
 
     /// The offline engine's own finals for exactly these samples.
     static func offlineFinals(_ samples: ArraySlice<Int16>, _ recognizer: any Recognizer) async throws -> [String] {
-        let events = TimedEvents()
-        let session = try await recognizer.startSession(SessionOptions(), events: events)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await session.run() }
-            for start in stride(from: samples.startIndex, to: samples.endIndex, by: 1600) {
-                session.send(AudioChunk(samples: Array(samples[start..<min(start + 1600, samples.endIndex)])))
-            }
-            session.finish()
-            try await group.waitForAll()
-        }
-        return events.finals
+        let finals = FinalsSink()
+        try await recognize(samples, with: recognizer, events: finals)
+        return finals.texts
     }
 
     /// The longest common subsequence of two word lists, in words.

@@ -1,4 +1,3 @@
-import Capture
 import DBus
 import Foundation
 import Logging
@@ -128,30 +127,9 @@ extension Integration {
 /// pocketsphinx's own finals for `samples`, in the 100 ms chunks sttd feeds it.
 func pocketsphinxFinals(_ samples: [Int16]) async throws -> [String] {
     let model = try requireFile("/usr/share/pocketsphinx/model/en-us", package: "pocketsphinx-en-us")
-    let recognizer = PocketSphinxRecognizer(modelDirectory: model, logger: Logger(label: "test"))
     let finals = FinalsSink()
-    let session = try await recognizer.startSession(SessionOptions(), events: finals)
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { try await session.run() }
-        for start in stride(from: 0, to: samples.count, by: 1600) {
-            session.send(AudioChunk(samples: Array(samples[start..<min(start + 1600, samples.count)])))
-        }
-        session.finish()
-        try await group.waitForAll()
-    }
+    try await recognize(
+        samples[...], with: PocketSphinxRecognizer(modelDirectory: model, logger: Logger(label: "test")),
+        events: finals)
     return finals.texts
-}
-
-/// Collects non-empty finals.
-final class FinalsSink: RecognitionEventSink {
-    private let collected = Watched<[String]>([])
-
-    func deliver(_ event: RecognitionEvent) {
-        guard case .result(let result) = event, result.isFinal else { return }
-        let text = Transcript.normalized(result.text)
-        guard !text.isEmpty else { return }
-        collected.update { $0.append(text) }
-    }
-
-    var texts: [String] { collected.value }
 }

@@ -38,15 +38,9 @@ struct FallbackTests {
 
     /// The offline engine's finals for `samples`, fed in the hand-over's 100 ms chunks.
     func offlineFinals(_ samples: ArraySlice<Int16>, with recognizer: any Recognizer) async throws -> [String] {
-        let collector = EventCollector()
-        let session = try await recognizer.startSession(SessionOptions(), events: collector)
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { try await session.run() }
-            send(Array(samples), to: session, chunk: 1600)
-            session.finish()
-            try await group.waitForAll()
-        }
-        return collector.finals
+        let finals = FinalsSink()
+        try await recognize(samples, with: recognizer, events: finals)
+        return finals.texts
     }
 
     /// Streams the recording (all of it queued at once: the client paces it out), finishing
@@ -87,7 +81,7 @@ struct FallbackTests {
             "the server answered for exactly the audio before the seam")
         let offlinePart = try await offlineFinals(recording[seam...], with: offline)
         #expect(!offlinePart.isEmpty)
-        #expect(collector.finals == serverFinals + offlinePart)
+        #expect(collector.finals.map(Transcript.normalized) == serverFinals + offlinePart)
         let reasons = collector.events.value.compactMap { event -> RecognitionError? in
             guard case .fellBack(let reason) = event else { return nil }
             return reason
@@ -108,7 +102,7 @@ struct FallbackTests {
         let offline = try offline()
         let collector = try await dictate(fallback(url: url, offline: offline), finishEarly: true)
         #expect(collector.events.value.first.map(isFallback) == true, "\(collector.events.value.prefix(2))")
-        #expect(collector.finals == (try await offlineFinals(recording[...], with: offline)))
+        #expect(collector.finals.map(Transcript.normalized) == (try await offlineFinals(recording[...], with: offline)))
     }
 
     /// A refused key (401) falls back too, and the reason says `denied` so the user learns it.
