@@ -174,9 +174,15 @@ public actor SpeechCore {
         await withCheckedContinuation { continuation in shutDown { continuation.resume() } }
     }
 
-    /// Loads the configured backend's model, so a hotkey start is instant.
+    /// Loads the configured backend's model, so a hotkey start is instant; with the streaming
+    /// backend and its fallback on, the offline model, so a takeover does not wait for it.
     private func prepare() async {
-        guard configuration.backend == .local else { return }
+        guard configuration.backend == .local else {
+            if configuration.backend == .deepgram, configuration.deepgram.fallback != StreamingFallback.none {
+                _ = await recognizers.local.authorize()
+            }
+            return
+        }
         let (status, _) = await recognizers.local.authorize()
         if status != .authorized { setAuthorization(status) }
     }
