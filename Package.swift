@@ -150,7 +150,7 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "DBus", "SpeechAPI", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
+                "Capture", "DBus", "Recognition", "SpeechAPI", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -160,7 +160,7 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: strictness),
         .executableTarget(
-            name: "sttd-bench", dependencies: ["CDBus", "DBus", "Recognition", "SpeechAPI", "TestSupport"],
+            name: "sttd-bench", dependencies: ["CDBus", "Capture", "DBus", "Recognition", "SpeechAPI", "TestSupport"],
             path: "Benchmarks/sttd-bench",
             swiftSettings: strictness),
 
@@ -197,7 +197,7 @@ let package = Package(
             name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["DBus", "History", "Recognition", "Service", "SpeechAPI", "TestSupport"],
+            dependencies: ["Capture", "DBus", "History", "Recognition", "Service", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),
     ],
     swiftLanguageModes: [.v6]

@@ -186,7 +186,7 @@ public struct ResultsTranslator: Sendable {
             if let message = utteranceEnd() { return [message] }
             utteranceEndOwed = true
             return []
-        case .reconnecting:
+        case .reconnecting, .fellBack:
             return []
         }
     }

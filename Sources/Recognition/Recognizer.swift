@@ -95,6 +95,9 @@ public struct RecognitionError: Error, Sendable, Equatable, CustomStringConverti
     public var message: String
     /// What the failure says about `AuthorizationStatus`, if anything (e.g. 401 -> denied).
     public var authorization: RecognizerAuthorization?
+    /// The server could not be reached or did not serve (network, timeout, 429, 5xx, a lost
+    /// stream that did not come back): nothing the user must fix, so the offline engine may take over.
+    public var unreachable = false
 
     public init(_ kind: Kind, _ message: String, authorization: RecognizerAuthorization? = nil) {
         self.kind = kind
@@ -103,6 +106,13 @@ public struct RecognitionError: Error, Sendable, Equatable, CustomStringConverti
     }
 
     public var description: String { message }
+
+    /// This error with ``unreachable`` set as given.
+    public func unreachable(_ unreachable: Bool) -> RecognitionError {
+        var error = self
+        error.unreachable = unreachable
+        return error
+    }
 }
 
 /// The recognizer's view of whether it may and can work (as Apple's `SFSpeechRecognizerAuthorizationStatus`).
@@ -128,6 +138,9 @@ public enum RecognitionEvent: Sendable, Equatable {
     case reconnecting(Bool)
     /// Speech started (true) or stopped (false), as far as the recognizer can tell.
     case speechActivity(Bool)
+    /// The streaming backend failed for this reason and the offline engine took over the
+    /// session: the results after this come from it (see ``FallbackRecognizer``).
+    case fellBack(RecognitionError)
 }
 
 /// Where a session's events go. Called on the recognizer's own thread (decoder thread, event

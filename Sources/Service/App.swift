@@ -251,21 +251,55 @@ public enum SttdApp {
     }
 
     /// The offline engine for `local` (sherpa-onnx with Moonshine when installed or chosen, else
-    /// pocketsphinx), the streaming client for `deepgram`, as the configuration says.
+    /// pocketsphinx), the streaming client for `deepgram`, as the configuration says; with
+    /// `fallback = "local"` (the default when an offline engine is installed) the offline engine
+    /// stands behind the streaming client.
     public static func defaultRecognizers(
         _ configuration: Configuration, environment: [String: String], logger: Logger
     ) -> Recognizers {
-        let local = localRecognizer(configuration.local, install: SherpaInstall.locate(), logger: logger)
+        let install = SherpaInstall.locate()
+        let local = localRecognizer(configuration.local, install: install, logger: logger)
         let deepgram = configuration.deepgram
+        let fallback =
+            deepgram.fallback ?? (offlineEngineInstalled(configuration.local, install: install) ? .local : .none)
+        let fallbackAfter = Duration.milliseconds(Int(deepgram.fallbackAfterMilliseconds))
         let streaming = DeepgramRecognizer(
             settings: DeepgramSettings(
                 url: deepgram.url, useSubprotocol: deepgram.auth == .subprotocol, apiKeyFile: deepgram.apiKeyFile,
                 model: deepgram.model, caFile: deepgram.caFile, parameters: deepgram.params,
                 backoff: Backoff(
                     maxAttempts: deepgram.reconnectAttempts,
-                    maxTotal: .milliseconds(Int(deepgram.reconnectTimeoutMilliseconds)))),
+                    maxTotal: .milliseconds(Int(deepgram.reconnectTimeoutMilliseconds))),
+                // With a fallback, the server gets as long to answer at the start as a lost stream gets to come back.
+                connectTimeout: fallback == .local ? min(.seconds(10), fallbackAfter) : .seconds(10)),
             environment: environment, logger: logger)
-        return Recognizers(local: local, deepgram: streaming)
+        guard fallback == .local else { return Recognizers(local: local, deepgram: streaming) }
+        return Recognizers(
+            local: local,
+            deepgram: FallbackRecognizer(primary: streaming, fallback: local, after: fallbackAfter, logger: logger))
+    }
+
+    /// Whether the offline engine `[local]` chooses has what it needs on disk (the default of
+    /// `[deepgram] fallback` depends on it).
+    public static func offlineEngineInstalled(_ local: Configuration.Local, install: SherpaInstall) -> Bool {
+        let (engine, sherpaModel) = chosenEngine(local, install: install)
+        switch engine {
+        case .pocketsphinx: return FileManager.default.fileExists(atPath: local.modelDirectory)
+        case .moonshine: return install.engineDirectory != nil && sherpaModel != nil
+        }
+    }
+
+    /// The engine `[local]` asks for (without `engine`: sherpa-onnx when its library and model are
+    /// installed), with the sherpa-onnx model folder.
+    static func chosenEngine(_ local: Configuration.Local, install: SherpaInstall)
+        -> (Configuration.Local.Engine, sherpaModel: String?)
+    {
+        let modelDirectory =
+            local.sherpaModelDirectory.isEmpty ? install.defaultModelDirectory : local.sherpaModelDirectory
+        return (
+            local.engine ?? (install.engineDirectory != nil && modelDirectory != nil ? .moonshine : .pocketsphinx),
+            modelDirectory
+        )
     }
 
     /// The offline engine `[local]` asks for. Without `engine`, sherpa-onnx when its library and
@@ -274,10 +308,7 @@ public enum SttdApp {
     public static func localRecognizer(_ local: Configuration.Local, install: SherpaInstall, logger: Logger)
         -> any Recognizer
     {
-        let modelDirectory =
-            local.sherpaModelDirectory.isEmpty ? install.defaultModelDirectory : local.sherpaModelDirectory
-        let engine =
-            local.engine ?? (install.engineDirectory != nil && modelDirectory != nil ? .moonshine : .pocketsphinx)
+        let (engine, modelDirectory) = chosenEngine(local, install: install)
         switch engine {
         case .pocketsphinx:
             return PocketSphinxRecognizer(

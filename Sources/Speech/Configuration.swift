@@ -41,6 +41,14 @@ public enum DeepgramAuth: String, Sendable, CaseIterable {
     case subprotocol
 }
 
+/// What a streaming session does when the server is out of reach (`[deepgram] fallback`).
+public enum StreamingFallback: String, Sendable, CaseIterable {
+    /// The offline engine takes over; the audio stays on the machine.
+    case local
+    /// The session fails, as it did before fallbacks existed.
+    case none
+}
+
 /// Whether sandboxed apps may use sttd (config `consent`); host callers are never asked.
 public enum ConsentPolicy: String, Sendable, CaseIterable {
     /// Ask the user once per app, with a notification.
@@ -116,6 +124,10 @@ public struct Configuration: Sendable, Equatable {
         public var reconnectAttempts = 8
         /// Total time spent reconnecting before the session fails.
         public var reconnectTimeoutMilliseconds: UInt32 = 30_000
+        /// Who takes over when the server is out of reach; nil: `local` when an offline engine is installed.
+        public var fallback: StreamingFallback?
+        /// How long a lost stream (or, at the start, the server) gets before the offline engine takes over.
+        public var fallbackAfterMilliseconds: UInt32 = 3000
     }
 
     /// The `[debug]` table: what helps a bug report or an accuracy check.
@@ -256,6 +268,11 @@ public struct Configuration: Sendable, Equatable {
                 "reconnect_attempts", default: deepgram.reconnectAttempts, range: 0...100)
             deepgram.reconnectTimeoutMilliseconds = try dg.milliseconds(
                 "reconnect_timeout_ms", default: deepgram.reconnectTimeoutMilliseconds, allowZero: true)
+            if deepgramTable["fallback"] != nil {
+                deepgram.fallback = try dg.choice("fallback", default: StreamingFallback.local)
+            }
+            deepgram.fallbackAfterMilliseconds = try dg.milliseconds(
+                "fallback_after_ms", default: deepgram.fallbackAfterMilliseconds, allowZero: false)
             try dg.refuseUnknownKeys()
             for name in deepgram.params.keys.sorted() where DeepgramProtocol.reservedParameters.contains(name) {
                 throw ConfigurationError(

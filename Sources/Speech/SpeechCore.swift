@@ -13,6 +13,8 @@ private struct ActiveSession {
     var cancelled = false
     /// Why the core itself ended the session, if it did.
     var failure: SpeechError?
+    /// Why the offline engine took the session over from the streaming backend, if it did.
+    var fellBack: RecognitionError?
     /// Trailing silence that stops the session by itself (nil: auto-stop is off).
     let autoStopAfter: TimeAmount?
     var autoStop: AutoStop?
@@ -172,9 +174,15 @@ public actor SpeechCore {
         await withCheckedContinuation { continuation in shutDown { continuation.resume() } }
     }
 
-    /// Loads the configured backend's model, so a hotkey start is instant.
+    /// Loads the configured backend's model, so a hotkey start is instant; with the streaming
+    /// backend and its fallback on, the offline model, so a takeover does not wait for it.
     private func prepare() async {
-        guard configuration.backend == .local else { return }
+        guard configuration.backend == .local else {
+            if configuration.backend == .deepgram, configuration.deepgram.fallback != StreamingFallback.none {
+                _ = await recognizers.local.authorize()
+            }
+            return
+        }
         let (status, _) = await recognizers.local.authorize()
         if status != .authorized { setAuthorization(status) }
     }
@@ -424,13 +432,17 @@ public actor SpeechCore {
     // MARK: Reports from the running session
 
     func opened(_ run: SessionRun) {
-        guard session?.run === run else { return }
+        guard let current = session, current.run === run else { return }
+        let fellBack = current.fellBack
         recognizerDown = false
         microphoneDown = false
-        setAuthorization(.authorized)
+        // Started offline: a refused key still shows (denied, NotAuthorized) until the next session opens.
+        if let status = fellBack == nil ? .authorized : fellBack?.authorization { setAuthorization(status) }
         setMicrophone(.authorized)
-        setLastError(nil)
-        beginHistory(run)
+        setLastError(fellBack.flatMap(Self.fallbackError))
+        let backend = fellBack == nil ? run.backend : .local
+        publish(.activeBackend(backend))
+        beginHistory(run, backend: backend)
         if let after = session?.autoStopAfter {
             session?.autoStop = AutoStop(
                 silence: after, noSpeech: .milliseconds(Int64(configuration.autoStopNoSpeechMilliseconds)),
@@ -474,7 +486,30 @@ public actor SpeechCore {
         case .speechActivity(let now):
             setSpeaking(now)
             if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
+        case .fellBack(let reason):
+            self.session?.fellBack = reason
+            // The streaming backend's interim will not become a final: the offline engine
+            // recognizes that audio again.
+            dropInterim()
+            logger.notice("dictation continues offline", metadata: ["reason": "\(reason.message)"])
+            publish(.continuingOffline(SpeechError(reason)))
+            // At the start, `opened` shows it; mid-session, now.
+            guard machine.state != .starting else { return }
+            noteFallback(reason)
+            publish(.activeBackend(.local))
         }
+    }
+
+    /// What a fallback says about the streaming backend: a refused key is `denied` and
+    /// `NotAuthorized`, so the user learns the key is wrong although dictation goes on.
+    private func noteFallback(_ reason: RecognitionError) {
+        if let status = reason.authorization { setAuthorization(status) }
+        if let error = Self.fallbackError(reason) { setLastError(error) }
+    }
+
+    /// The `LastError` a fallback leaves: only a refused key (the network needs no fixing).
+    static func fallbackError(_ reason: RecognitionError) -> SpeechError? {
+        reason.kind == .notAuthorized ? SpeechError(reason) : nil
     }
 
     /// The capture's own voice detector changed its mind.
@@ -531,6 +566,7 @@ public actor SpeechCore {
         if !ending.cancelled { promoteInterim() }
         session = nil
         setSpeaking(false)
+        publish(.activeBackend(nil))
         endHistory()
         pruneHistoryDaily()
         // The session is over once its text is on the desktop too: a Stop's reply comes after
@@ -633,13 +669,13 @@ public actor SpeechCore {
 
     // MARK: History
 
-    private func beginHistory(_ run: SessionRun) {
+    private func beginHistory(_ run: SessionRun, backend: Backend) {
         historyID = nil
         guard let history else { return }
         let id = UUID().uuidString.lowercased()
         do {
             try history.beginSession(
-                id: id, started: Date(), backend: run.backend.rawValue, language: run.options.language,
+                id: id, started: Date(), backend: backend.rawValue, language: run.options.language,
                 source: run.source ?? "")
             historyID = id
         } catch {

@@ -38,6 +38,11 @@ public enum SpeechEvent: Sendable, Equatable {
     case settings(SpeechSettings)
     /// A session opened for this client; it lasts until the state is `idle` again.
     case client(SessionClient)
+    /// The engine the running session uses (`ActiveBackend`); nil when no session runs.
+    case activeBackend(Backend?)
+    /// The streaming backend was out of reach (this error says why) and the offline engine took
+    /// the session over; it goes on.
+    case continuingOffline(SpeechError)
 }
 
 /// One result as clients see it: the whole transcript, the result's own text, whether final.

@@ -126,6 +126,8 @@ extension SpeechProperty where Value == String {
     public static var inputMethod: Self { Self("InputMethod") }
     /// Where the local Deepgram-compatible server listens (`ws://127.0.0.1:8765`); empty when off.
     public static var serverAddress: Self { Self("ServerAddress") }
+    /// The engine of the running session: `deepgram`, or `local` (also after a fallback); empty when idle.
+    public static var activeBackend: Self { Self("ActiveBackend") }
 }
 
 /// The signals of `io.github.sttd.Speech1` with typed arguments.
@@ -262,6 +264,7 @@ extension SpeechAPI {
                 SpeechProperty.activeClient.declaration(initial: ""),
                 SpeechProperty.serverAddress.declaration(initial: ""),
                 SpeechProperty.inputMethod.declaration(initial: ""),
+                SpeechProperty.activeBackend.declaration(initial: ""),
             ],
             signals: SpeechSignal.declarations)
     }

@@ -4,7 +4,8 @@ import Speech
 
 /// Desktop notifications through `org.freedesktop.Notifications` (config `notify`): one when
 /// listening starts, replaced (not stacked) when it stops ("Dictation stopped — N words"), and
-/// one when a session or the desktop output fails. With no notification server on the bus,
+/// one when a session or the desktop output fails, or when the offline engine takes a session
+/// over ("Dictation continues offline", and why). With no notification server on the bus,
 /// nothing is shown and nothing fails. Dictated text never goes into a notification: servers
 /// keep a history of them.
 public struct DesktopNotifier: Sendable {
@@ -34,17 +35,24 @@ public struct DesktopNotifier: Sendable {
         // user sees no D-Bus reply, so the notification is how they learn why).
         var starting = false
         var words = 0
+        /// Why a starting session runs on the offline engine.
+        var offline: SpeechError?
         for await event in events {
             switch event {
             case .state(.starting):
                 starting = true
-            case .lastError(let error?) where starting:
+                offline = nil
+            case .lastError(let error?) where starting && offline == nil:
                 starting = false
                 shown = await notify(replacing: shown, "Dictation could not start", error.message, urgency: 2)
             case .state(.listening) where !listening:
                 listening = true
                 starting = false
-                shown = await notify(replacing: shown, "Dictation on", "Listening to the microphone.", urgency: 0)
+                if let reason = offline {
+                    shown = await notify(replacing: shown, "Dictation continues offline", reason.message, urgency: 1)
+                } else {
+                    shown = await notify(replacing: shown, "Dictation on", "Listening to the microphone.", urgency: 0)
+                }
             case .state(.idle) where listening:
                 listening = false
                 shown = await notify(
@@ -54,6 +62,11 @@ public struct DesktopNotifier: Sendable {
             case .sessionFailed(let error):
                 listening = false
                 shown = await notify(replacing: shown, "Dictation failed", error.message, urgency: 2)
+            case .continuingOffline(let reason) where listening:
+                shown = await notify(replacing: shown, "Dictation continues offline", reason.message, urgency: 1)
+            case .continuingOffline(let reason):
+                // At the start: said instead of "Dictation on".
+                offline = reason
             case .outputFailed(let error):
                 _ = await notify(replacing: 0, "Dictated text was not typed", error.message, urgency: 2)
             default:

@@ -153,6 +153,10 @@ public final class SpeechBusAdapter: Sendable {
             break  // shown above, as ActiveClient
         case .outputFailed:
             break  // not a session failure: `LastError` shows it, and a notification
+        case .activeBackend(let backend):
+            object.set(.activeBackend, backend?.rawValue ?? "")
+        case .continuingOffline:
+            break  // not a failure: a notification says it
         case .lastError(let error):
             object.set(.lastError, error?.name ?? "")
         case .authorization(let status):

@@ -64,13 +64,14 @@ extension Integration {
             #expect(properties["ServerAddress"] == .string(""))
             // No input method has attached.
             #expect(properties["InputMethod"] == .string(""))
-            #expect(properties.count == 12)
+            #expect(properties["ActiveBackend"] == .string(""))
+            #expect(properties.count == 13)
         }
 
         @Test func readOnlyPropertiesRefuseSet() async throws {
             for name in [
                 "State", "Transcript", "AuthorizationStatus", "MicrophoneStatus", "LastError", "Version",
-                "ActiveClient", "ServerAddress", "InputMethod",
+                "ActiveClient", "ServerAddress", "InputMethod", "ActiveBackend",
             ] {
                 let error = await #expect(throws: DBusError.self) { try await sttd.set(name, .string("x")) }
                 #expect(error?.name == "org.freedesktop.DBus.Error.PropertyReadOnly", "\(name)")

@@ -7,8 +7,9 @@ import Testing
 extension Integration {
     @Suite("Streaming backend through sttd", .serialized)
     struct StreamingTests {
-        static func config(_ server: DeepgramTestServer) -> String {
-            "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\nreconnect_attempts = 5\n"
+        /// `fallback = "none"`: what a start does without the offline engine behind it.
+        static func config(_ server: DeepgramTestServer, fallback: String = "local") -> String {
+            "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\nreconnect_attempts = 5\nfallback = \"\(fallback)\"\n"
         }
 
         /// With every proxy variable pointing at a real proxy, sttd streams to a server on
@@ -88,7 +89,8 @@ extension Integration {
         @Test func refusedKeyIsDeniedAndSaysSo() async throws {
             let server = try await DeepgramTestServer()
             let wrong = "not-the-right-key-42"
-            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": wrong])
+            let sttd = try await SttdFixture(
+                config: Self.config(server, fallback: "none"), environment: ["STTD_API_KEY": wrong])
             #expect(try await sttd.call("RequestAuthorization") == [.string("denied")])
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
@@ -110,7 +112,8 @@ extension Integration {
             var script = DeepgramTestServer.Script()
             script.stallRefusalBody = true
             let server = try await DeepgramTestServer(script: script)
-            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": "wrong-key"])
+            let sttd = try await SttdFixture(
+                config: Self.config(server, fallback: "none"), environment: ["STTD_API_KEY": "wrong-key"])
             let started = ContinuousClock.now
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])
@@ -128,7 +131,8 @@ extension Integration {
             var script = DeepgramTestServer.Script()
             script.neverAnswer = true
             let server = try await DeepgramTestServer(script: script)
-            let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
+            let sttd = try await SttdFixture(
+                config: Self.config(server, fallback: "none"), environment: ["STTD_API_KEY": script.key])
             let started = ContinuousClock.now
             let error = await #expect(throws: DBusError.self) {
                 try await sttd.call("StartTranscribing", [.vardict([])])

@@ -37,15 +37,7 @@ func stream(
     _ samples: [Int16], to recognizer: DeepgramRecognizer, options: SessionOptions = SessionOptions()
 ) async throws -> (finals: [String], interims: [String], reconnects: [Bool]) {
     let collector = EventCollector()
-    let session = try await recognizer.startSession(options, events: collector)
-    try await withThrowingTaskGroup(of: Void.self) { group in
-        group.addTask { try await session.run() }
-        for start in stride(from: 0, to: samples.count, by: 1600) {
-            session.send(AudioChunk(samples: Array(samples[start..<min(start + 1600, samples.count)])))
-        }
-        session.finish()
-        try await group.waitForAll()
-    }
+    try await recognize(samples[...], with: recognizer, options: options, events: collector)
     return (collector.finals, collector.interims, collector.reconnects)
 }
 

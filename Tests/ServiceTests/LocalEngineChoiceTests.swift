@@ -29,4 +29,24 @@ struct LocalEngineChoiceTests {
         #expect(error?.kind == .backendUnavailable)
         #expect(error?.message.contains("scripts/setup") == true)
     }
+
+    /// `[deepgram] fallback` defaults to the offline engine when one is installed.
+    @Test func theFallbackDefaultsToAnInstalledOfflineEngine() throws {
+        var local = Configuration().local
+        local.engine = .pocketsphinx
+        local.modelDirectory = "/nonexistent/model"
+        #expect(!SttdApp.offlineEngineInstalled(local, install: installed))
+        local.engine = nil
+        #expect(SttdApp.offlineEngineInstalled(local, install: installed), "moonshine installed")
+        #expect(!SttdApp.offlineEngineInstalled(local, install: SherpaInstall()), "pocketsphinx without its model")
+
+        var configuration = Configuration()
+        configuration.local.engine = .pocketsphinx
+        configuration.deepgram.fallback = StreamingFallback.none
+        #expect(
+            SttdApp.defaultRecognizers(configuration, environment: [:], logger: logger).deepgram is DeepgramRecognizer)
+        configuration.deepgram.fallback = .local
+        #expect(
+            SttdApp.defaultRecognizers(configuration, environment: [:], logger: logger).deepgram is FallbackRecognizer)
+    }
 }

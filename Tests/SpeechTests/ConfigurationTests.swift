@@ -94,6 +94,18 @@ struct ConfigurationTests {
         #expect(error?.message.contains(expected) == true, "\(error?.message ?? "")")
     }
 
+    @Test func streamingFallbackKeys() throws {
+        let defaults = Configuration()
+        #expect(defaults.deepgram.fallback == nil, "nil: local when an offline engine is installed")
+        #expect(defaults.deepgram.fallbackAfterMilliseconds == 3000)
+        let config = try Configuration(toml: "[deepgram]\nfallback = \"none\"\nfallback_after_ms = 1500\n")
+        #expect(config.deepgram.fallback == StreamingFallback.none)
+        #expect(config.deepgram.fallbackAfterMilliseconds == 1500)
+        #expect(try Configuration(toml: "[deepgram]\nfallback = \"local\"").deepgram.fallback == .local)
+        #expect(throws: ConfigurationError.self) { try Configuration(toml: "[deepgram]\nfallback = \"cloud\"") }
+        #expect(throws: ConfigurationError.self) { try Configuration(toml: "[deepgram]\nfallback_after_ms = 0") }
+    }
+
     @Test func plainWebSocketOnlyToLoopback() throws {
         for url in [
             "ws://127.0.0.1:8080/v1/listen", "ws://127.45.6.7/v1/listen", "ws://localhost/v1/listen",

@@ -24,6 +24,9 @@ public final class DeepgramTestServer: Sendable {
         public var dropAfterBytes: Int?
         /// Closes the first connection's socket without a close frame this long after the upgrade.
         public var dropAfter: Duration?
+        /// Dies as a killed server would after the first connection got this many audio bytes: that
+        /// socket closes without a close frame, and every later connection is closed at once.
+        public var dieAfterBytes: Int?
         /// Sends a close frame with this code and reason after this many audio bytes (first connection).
         public var closeAfterBytes: (bytes: Int, code: UInt16, reason: String)?
         /// Sends Metadata first (as SubQ may) instead of last (as Deepgram does).
@@ -72,6 +75,8 @@ public final class DeepgramTestServer: Sendable {
     public let port: Int
     public let script: Script
     private let records = Watched<[Connection]>([])
+    /// When the server died (``Script/dieAfterBytes``), if it did.
+    private let died = Mutex<ContinuousClock.Instant?>(nil)
     private let channel: any Channel
 
     /// Starts listening on 127.0.0.1; with `tls`, speaks wss with that certificate.
@@ -88,7 +93,7 @@ public final class DeepgramTestServer: Sendable {
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    guard let owner = server.owner else { throw ChannelError.ioOnClosedChannel }
+                    guard let owner = server.owner, owner.diedAt == nil else { throw ChannelError.ioOnClosedChannel }
                     if let sslContext {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     }
@@ -151,6 +156,14 @@ public final class DeepgramTestServer: Sendable {
 
     public func stop() {
         channel.close(promise: nil)
+    }
+
+    /// When the server died (``Script/dieAfterBytes``); nil while it lives.
+    public var diedAt: ContinuousClock.Instant? { died.withLock { $0 } }
+
+    func die() {
+        died.withLock { $0 = $0 ?? .now }
+        stop()
     }
 
     deinit { channel.close(promise: nil) }
@@ -294,6 +307,11 @@ final class WebSocketServerHandler: ChannelInboundHandler {
             session.audio += bytes
             server.update(session.index) { $0.audioBytes += bytes.count }
             if session.isFirst, let limit = script.dropAfterBytes, session.audio.count >= limit {
+                context.close(promise: nil)
+                return
+            }
+            if session.isFirst, let limit = script.dieAfterBytes, session.audio.count >= limit {
+                server.die()
                 context.close(promise: nil)
                 return
             }

@@ -222,6 +222,13 @@ public struct StreamLedger: Sendable {
         return true
     }
 
+    /// The audio not yet answered for, and the session position of its first sample: what
+    /// another engine takes over when the stream is given up.
+    public var unansweredAudio: (start: Int, samples: [Int16]) {
+        let live = chunks[head...]
+        return (live.first?.start ?? captured, live.flatMap(\.samples))
+    }
+
     /// Samples not yet answered for.
     public var unanswered: Int { captured - (head < chunks.count ? chunks[head].start : captured) }
 

@@ -125,8 +125,8 @@ public final class DeepgramRecognizer: Recognizer {
                 logger.debug("stream connected", metadata: ["host": "\(url.host ?? "")"])
                 return connection
             } catch let refusal as HandshakeRefusal {
-                failure = Self.error(for: refusal, key: key)
                 retryable = DeepgramProtocol.isRetryable(handshakeStatus: refusal.status)
+                failure = Self.error(for: refusal, key: key).unreachable(retryable)
                 logger.warning(
                     "stream handshake refused",
                     metadata: [
@@ -145,6 +145,7 @@ public final class DeepgramRecognizer: Recognizer {
                     )
                 }
                 failure = RecognitionError(.backendUnavailable, "Cannot reach \(url.host ?? "the server"): \(message).")
+                    .unreachable(true)
                 retryable = true
             }
             // Retry only if the wait leaves time for a handshake before the deadline.

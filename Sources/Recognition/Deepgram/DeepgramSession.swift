@@ -14,7 +14,7 @@ import Synchronization
 ///
 /// Send, Finalize, CloseStream and KeepAlive all go through the connection's one ordered queue;
 /// audio is sent under the state lock, so frames leave in the order they were captured.
-final class DeepgramSession: RecognitionSession {
+final class DeepgramSession: HandOverSession {
     typealias Connect =
         @Sendable (@escaping WebSocketConnection.MessageHandler) async throws(RecognitionError)
         -> WebSocketConnection
@@ -117,10 +117,13 @@ final class DeepgramSession: RecognitionSession {
         var overflow: StreamLedger.Overflow?
         var releasedFirst = false
         let wake = state.withLock { state -> Bool in
-            guard !state.finishing, !state.isStopped else { return false }
+            // After a failure the ledger still takes audio (nothing goes out): the offline engine
+            // may take it over (``handOver()``).
+            guard !state.finishing, !state.cancelled else { return false }
             do throws(StreamLedger.Overflow) {
                 try state.ledger.append(chunk)
             } catch {
+                guard !state.isStopped else { return false }
                 overflow = error
                 state.failure = Self.overflowError(capacity: settings.replayCapacity)
                 state.connection?.abort()
@@ -173,6 +176,18 @@ final class DeepgramSession: RecognitionSession {
             state.connection?.abort()
         }
         stopped.signal()
+    }
+
+    /// Gives the session up for another engine: nothing more goes out or is delivered, and
+    /// ``run()`` returns soon. Returns the audio no final answered for (see ``StreamLedger``).
+    func handOver() -> (start: Int, samples: [Int16]) {
+        let audio = state.withLock { state in
+            state.cancelled = true
+            state.connection?.abort()
+            return state.ledger.unansweredAudio
+        }
+        stopped.signal()
+        return audio
     }
 
     // MARK: - Connections
@@ -237,7 +252,7 @@ final class DeepgramSession: RecognitionSession {
                             RecognitionError(
                                 .backendUnavailable,
                                 "Lost the connection to the recognizer and could not get it back after \(backoff.attempts) attempts."
-                            ))
+                            ).unreachable(true))
                     }
                     do {
                         try await eventLoopSleep(for: delay)

@@ -1,0 +1,36 @@
+import Capture
+import Recognition
+import Synchronization
+
+/// Runs a session of `recognizer` over `samples` (sent in pieces of `chunk` samples, then
+/// finished) until it ends; its events go to `events`.
+public func recognize(
+    _ samples: ArraySlice<Int16>, with recognizer: any Recognizer, options: SessionOptions = SessionOptions(),
+    chunk: Int = 1600, events: any RecognitionEventSink
+) async throws {
+    let session = try await recognizer.startSession(options, events: events)
+    try await withThrowingTaskGroup(of: Void.self) { group in
+        group.addTask { try await session.run() }
+        for start in stride(from: samples.startIndex, to: samples.endIndex, by: chunk) {
+            session.send(AudioChunk(samples: Array(samples[start..<min(start + chunk, samples.endIndex)])))
+        }
+        session.finish()
+        try await group.waitForAll()
+    }
+}
+
+/// Collects a session's finals with words, whitespace normalized as the transcript joins them.
+public final class FinalsSink: RecognitionEventSink {
+    private let collected = Mutex<[String]>([])
+
+    public init() {}
+
+    public func deliver(_ event: RecognitionEvent) {
+        guard case .result(let result) = event, result.isFinal else { return }
+        let text = Transcript.normalized(result.text)
+        guard !text.isEmpty else { return }
+        collected.withLock { $0.append(text) }
+    }
+
+    public var texts: [String] { collected.withLock { $0 } }
+}
