@@ -7,7 +7,7 @@ import NIOPosix
 import Recognition
 
 /// The core's record of the running session.
-private struct ActiveSession {
+struct ActiveSession {
     let run: SessionRun
     /// Cancelled: the pending interim was dropped and a recognizer error is expected, not a failure.
     var cancelled = false
@@ -21,7 +21,7 @@ private struct ActiveSession {
 }
 
 /// The desktop output of the running (or just ended) session.
-private struct ActiveOutput {
+struct ActiveOutput {
     let mode: OutputMode
     let session: any DictationOutputSession
     /// Whether a final was typed yet: the next one is preceded by a space.
@@ -65,45 +65,45 @@ public actor SpeechCore {
     public nonisolated let loop: any EventLoop
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.executor.asUnownedSerialExecutor() }
 
-    private let configuration: Configuration
-    private let microphone: any Microphone
-    private let recognizers: Recognizers
-    private let history: HistoryStore?
-    private let output: (any DictationOutput)?
-    private let logger: Logger
+    let configuration: Configuration
+    let microphone: any Microphone
+    let recognizers: Recognizers
+    let history: HistoryStore?
+    let output: (any DictationOutput)?
+    let logger: Logger
     /// Thread-safe: level readings are published from the capture thread (see ``SessionRun/levels``).
     nonisolated let hub: EventHub
-    private let jobs: AsyncStream<@Sendable () async -> Void>
-    private let jobQueue: AsyncStream<@Sendable () async -> Void>.Continuation
+    let jobs: AsyncStream<@Sendable () async -> Void>
+    let jobQueue: AsyncStream<@Sendable () async -> Void>.Continuation
     /// The loop's group when the core made its own (shut down with the core).
-    private let ownGroup: MultiThreadedEventLoopGroup?
+    let ownGroup: MultiThreadedEventLoopGroup?
 
-    private var machine = Machine()
-    private var transcript = Transcript()
-    private var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
-    private var nextCallID: Machine.CallID = 0
-    private var session: ActiveSession? {
+    var machine = Machine()
+    var transcript = Transcript()
+    var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
+    var nextCallID: Machine.CallID = 0
+    var session: ActiveSession? {
         // A run that is no longer the session publishes no more levels, before anything that follows.
         didSet { if let old = oldValue?.run, old !== session?.run { old.levels.close() } }
     }
-    private var sessionCounter = 0
-    private var stopTimer: Scheduled<Void>?
-    private var autoStopTimer: Scheduled<Void>?
-    private var activeOutput: ActiveOutput?
+    var sessionCounter = 0
+    var stopTimer: Scheduled<Void>?
+    var autoStopTimer: Scheduled<Void>?
+    var activeOutput: ActiveOutput?
     /// Which links of the running session are down; `State` is `reconnecting` while any is.
-    private var recognizerDown = false
-    private var microphoneDown = false
-    private var speaking = false
+    var recognizerDown = false
+    var microphoneDown = false
+    var speaking = false
     /// The running session's history row, if history is kept and the row could be written.
-    private var historyID: String?
-    private var lastPruned = ContinuousClock.now
-    private var authorizationWaiters: [@Sendable (RecognizerAuthorization) -> Void] = []
-    private var sourceWaiters: [@Sendable (Result<[AudioSource], SpeechError>) -> Void] = []
+    var historyID: String?
+    var lastPruned = ContinuousClock.now
+    var authorizationWaiters: [@Sendable (RecognizerAuthorization) -> Void] = []
+    var sourceWaiters: [@Sendable (Result<[AudioSource], SpeechError>) -> Void] = []
 
     public private(set) var settings: SpeechSettings
-    public private(set) var authorization = RecognizerAuthorization.notDetermined
-    public private(set) var microphoneStatus = MicrophoneStatus.notDetermined
-    public private(set) var lastError: SpeechError?
+    public internal(set) var authorization = RecognizerAuthorization.notDetermined
+    public internal(set) var microphoneStatus = MicrophoneStatus.notDetermined
+    public internal(set) var lastError: SpeechError?
 
     /// - Parameters:
     ///   - history: where finals are kept, or nil to keep none.
@@ -176,7 +176,7 @@ public actor SpeechCore {
 
     /// Loads the configured backend's model, so a hotkey start is instant; with the streaming
     /// backend and its fallback on, the offline model, so a takeover does not wait for it.
-    private func prepare() async {
+    func prepare() async {
         guard configuration.backend == .local else {
             if configuration.backend == .deepgram, configuration.deepgram.fallback != StreamingFallback.none {
                 _ = await recognizers.local.authorize()
@@ -199,75 +199,7 @@ public actor SpeechCore {
         where wants: @escaping @Sendable (SpeechEvent) -> Bool = { _ in true }
     ) -> AsyncStream<SpeechEvent> { hub.stream(where: wants) }
 
-    private func publish(_ event: SpeechEvent) { hub.publish(event) }
-
-    // MARK: Methods (callback forms, for callers on other threads; replies come on the core's loop)
-
-    /// Runs `body` on the core, after everything submitted before it.
-    public nonisolated func submit(_ body: @escaping @Sendable (isolated SpeechCore) -> Void) {
-        loop.execute { self.assumeIsolated { body($0) } }
-    }
-
-    public nonisolated func start(_ options: StartOptions, reply: @escaping @Sendable (SpeechError?) -> Void) {
-        submit { core in
-            core.call({ .start($0, options) }) { outcome, _ in
-                if case .error(let error) = outcome { reply(error) } else { reply(nil) }
-            }
-        }
-    }
-
-    /// Replies with the session's final transcript once every final is in.
-    public nonisolated func stop(reply: @escaping @Sendable (String) -> Void) {
-        submit { core in core.call({ .stop($0) }) { _, text in reply(text) } }
-    }
-
-    /// Replies with whether it is now listening.
-    public nonisolated func toggle(
-        _ options: StartOptions, reply: @escaping @Sendable (Result<Bool, SpeechError>) -> Void
-    ) {
-        submit { core in
-            core.call({ .toggle($0, options) }) { outcome, _ in
-                switch outcome {
-                case .error(let error): reply(.failure(error))
-                case .toggled(let listening): reply(.success(listening))
-                default: reply(.success(false))
-                }
-            }
-        }
-    }
-
-    public nonisolated func cancel(reply: @escaping @Sendable () -> Void) {
-        submit { core in core.call({ .cancel($0) }) { _, _ in reply() } }
-    }
-
-    /// Probes the microphone and the recognizer now; replies with the recognizer's status.
-    public nonisolated func requestAuthorization(reply: @escaping @Sendable (RecognizerAuthorization) -> Void) {
-        submit { core in
-            core.authorizationWaiters.append(reply)
-            guard core.authorizationWaiters.count == 1 else { return }
-            core.jobQueue.yield { [core] in
-                let status = await core.probeAuthorization()
-                await core.answerAuthorization(status)
-            }
-        }
-    }
-
-    public nonisolated func sources(reply: @escaping @Sendable (Result<[AudioSource], SpeechError>) -> Void) {
-        submit { core in
-            core.sourceWaiters.append(reply)
-            guard core.sourceWaiters.count == 1 else { return }
-            core.jobQueue.yield { [core] in
-                let result: Result<[AudioSource], SpeechError>
-                do throws(CaptureError) {
-                    result = .success(try await core.microphone.sources())
-                } catch {
-                    result = .failure(SpeechError(error))
-                    await core.setMicrophone(Self.microphoneStatus(for: error))
-                }
-                await core.answerSources(result)
-            }
-        }
-    }
+    func publish(_ event: SpeechEvent) { hub.publish(event) }
 
     // MARK: Methods (async forms)
 
@@ -333,7 +265,7 @@ public actor SpeechCore {
 
     // MARK: The machine
 
-    private func call(
+    func call(
         _ makeEvent: (Machine.CallID) -> Machine.Event, reply: @escaping @Sendable (Machine.Reply, String) -> Void
     ) {
         nextCallID += 1
@@ -341,14 +273,14 @@ public actor SpeechCore {
         handle(makeEvent(nextCallID))
     }
 
-    private func handle(_ event: Machine.Event) {
+    func handle(_ event: Machine.Event) {
         let before = machine.state
         let actions = machine.handle(event)
         if machine.state != before { publish(.state(machine.state)) }
         for action in actions { execute(action) }
     }
 
-    private func execute(_ action: Machine.Action) {
+    func execute(_ action: Machine.Action) {
         switch action {
         case .open(let options):
             open(options)
@@ -372,7 +304,7 @@ public actor SpeechCore {
         }
     }
 
-    private func open(_ options: StartOptions) {
+    func open(_ options: StartOptions) {
         sessionCounter += 1
         let mode = options.output ?? configuration.output
         do throws(SpeechError) {
@@ -405,7 +337,7 @@ public actor SpeechCore {
         }
     }
 
-    private func armStopTimeout(for session: SessionRun) {
+    func armStopTimeout(for session: SessionRun) {
         stopTimer?.cancel()
         let token = session.token
         stopTimer = loop.scheduleTask(in: .milliseconds(Int64(configuration.stopTimeoutMilliseconds))) {
@@ -417,7 +349,7 @@ public actor SpeechCore {
     /// is) and the session ends now, without waiting for the engine to end it: a wedged engine
     /// cannot hold the reply. The run is cancelled and goes on as a child of ``run()`` until its
     /// engine lets go; nothing it reports counts any more.
-    private func stopTimedOut(token: Int) {
+    func stopTimedOut(token: Int) {
         guard let ending = session, ending.run.token == token else { return }
         logger.warning(
             "stop timed out; the pending interim becomes the last final",
@@ -429,410 +361,4 @@ public actor SpeechCore {
         conclude(ending, outcome: .closed)
     }
 
-    // MARK: Reports from the running session
-
-    func opened(_ run: SessionRun) {
-        guard let current = session, current.run === run else { return }
-        let fellBack = current.fellBack
-        recognizerDown = false
-        microphoneDown = false
-        // Started offline: a refused key still shows (denied, NotAuthorized) until the next session opens.
-        if let status = fellBack == nil ? .authorized : fellBack?.authorization { setAuthorization(status) }
-        setMicrophone(.authorized)
-        setLastError(fellBack.flatMap(Self.fallbackError))
-        let backend = fellBack == nil ? run.backend : .local
-        publish(.activeBackend(backend))
-        beginHistory(run, backend: backend)
-        if let after = session?.autoStopAfter {
-            session?.autoStop = AutoStop(
-                silence: after, noSpeech: .milliseconds(Int64(configuration.autoStopNoSpeechMilliseconds)),
-                opened: .now())
-            armAutoStop()
-        }
-        logger.info(
-            "listening", metadata: ["source": "\(run.source ?? "(default)")", "backend": "\(run.backend.rawValue)"])
-        handle(.opened)
-    }
-
-    func openFailed(_ run: SessionRun, _ failure: SessionRun.OpenFailure) {
-        guard session?.run === run else { return }
-        session = nil
-        // Nothing was said: there is nothing to deliver, and the tools it started can go.
-        activeOutput?.session.finish(transcript: nil) {}
-        activeOutput = nil
-        let error: SpeechError
-        switch failure {
-        case .recognizer(let recognitionError):
-            // A refused key says "denied", a missing model or key "restricted"; a network failure says nothing.
-            if let status = recognitionError.authorization ?? (run.backend == .local ? .restricted : nil) {
-                setAuthorization(status)
-            }
-            error = SpeechError(recognitionError)
-        case .microphone(let captureError):
-            setMicrophone(Self.microphoneStatus(for: captureError))
-            error = SpeechError(captureError)
-        }
-        handle(.openFailed(error))
-    }
-
-    func received(_ event: RecognitionEvent, from run: SessionRun) {
-        guard let session, session.run === run else { return }
-        switch event {
-        case .result(let result):
-            apply(result)
-        case .reconnecting(let down):
-            recognizerDown = down
-            updateReconnecting()
-        case .speechActivity(let now):
-            setSpeaking(now)
-            if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
-        case .fellBack(let reason):
-            self.session?.fellBack = reason
-            // The streaming backend's interim will not become a final: the offline engine
-            // recognizes that audio again.
-            dropInterim()
-            logger.notice("dictation continues offline", metadata: ["reason": "\(reason.message)"])
-            publish(.continuingOffline(SpeechError(reason)))
-            // At the start, `opened` shows it; mid-session, now.
-            guard machine.state != .starting else { return }
-            noteFallback(reason)
-            publish(.activeBackend(.local))
-        }
-    }
-
-    /// What a fallback says about the streaming backend: a refused key is `denied` and
-    /// `NotAuthorized`, so the user learns the key is wrong although dictation goes on.
-    private func noteFallback(_ reason: RecognitionError) {
-        if let status = reason.authorization { setAuthorization(status) }
-        if let error = Self.fallbackError(reason) { setLastError(error) }
-    }
-
-    /// The `LastError` a fallback leaves: only a refused key (the network needs no fixing).
-    static func fallbackError(_ reason: RecognitionError) -> SpeechError? {
-        reason.kind == .notAuthorized ? SpeechError(reason) : nil
-    }
-
-    /// The capture's own voice detector changed its mind.
-    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from run: SessionRun) {
-        guard session?.run === run else { return }
-        switch change {
-        case .speech: autoStopHeardSpeech()
-        case .silence(let ago): autoStopHeardSilence(since: instant - TimeAmount(ago))
-        }
-    }
-
-    func microphoneLink(down: Bool, from run: SessionRun) {
-        guard session?.run === run else { return }
-        microphoneDown = down
-        setMicrophone(down ? .unavailable : .authorized)
-        updateReconnecting()
-    }
-
-    /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
-    func inboxOverflowed(_ run: SessionRun) {
-        guard session?.run === run else { return }
-        logger.error(
-            "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.inboxBound)"])
-        session?.failure = SpeechError.internal(
-            "sttd fell more than \(Self.inboxBound) results behind the recognizer (the computer is too busy); the session stopped. What was recognized before is kept."
-        )
-        run.close(flush: false)
-    }
-
-    func ended(_ run: SessionRun, captureError: CaptureError?, recognitionError: RecognitionError?) {
-        guard let ending = session, ending.run === run else { return }
-        let outcome: Machine.Event
-        if let failure = ending.failure {
-            outcome = .failed(failure)
-        } else if let captureError {
-            setMicrophone(Self.microphoneStatus(for: captureError))
-            outcome = .failed(SpeechError(captureError))
-        } else if let recognitionError, !ending.cancelled {
-            outcome = .failed(SpeechError(recognitionError))
-        } else {
-            outcome = .closed
-        }
-        conclude(ending, outcome: outcome)
-    }
-
-    /// Ends the core's side of a session: its text kept, history closed, desktop output done,
-    /// then the machine hears `outcome`.
-    private func conclude(_ ending: ActiveSession, outcome: Machine.Event) {
-        stopTimer?.cancel()
-        stopTimer = nil
-        cancelAutoStop()
-        // Stop, timeout, failure: the pending interim is kept as the last final (and typed).
-        // Cancel dropped it.
-        if !ending.cancelled { promoteInterim() }
-        session = nil
-        setSpeaking(false)
-        publish(.activeBackend(nil))
-        endHistory()
-        pruneHistoryDaily()
-        // The session is over once its text is on the desktop too: a Stop's reply comes after
-        // the last final was typed or the transcript is on the clipboard.
-        guard let output = activeOutput else { return handle(outcome) }
-        activeOutput = nil
-        output.session.finish(transcript: ending.cancelled ? nil : transcript.finalText) { [self] in
-            submit { core in core.handle(outcome) }
-        }
-    }
-
-    // MARK: Transcript
-
-    private func apply(_ result: RecognitionResult) {
-        guard transcript.apply(result) else { return }
-        if result.isFinal {
-            store(result)
-            typeFinal(result.text)
-        } else {
-            showInterim(result.text)
-        }
-        publish(
-            .transcript(
-                transcript.text,
-                update: TranscriptUpdate(segment: Transcript.normalized(result.text), isFinal: result.isFinal)))
-    }
-
-    /// Keeps the pending interim as a final: stored, then reported as one.
-    private func promoteInterim() {
-        guard !transcript.interim.isEmpty else { return }
-        apply(RecognitionResult(text: transcript.interim, isFinal: true))
-    }
-
-    private func dropInterim() {
-        guard !transcript.interim.isEmpty else { return }
-        transcript.dropInterim()
-        showInterim("")
-        publish(.transcript(transcript.text, update: nil))
-    }
-
-    // MARK: Status
-
-    private func setSpeaking(_ now: Bool) {
-        guard speaking != now else { return }
-        speaking = now
-        publish(.speechActivity(now))
-    }
-
-    private func updateReconnecting() {
-        let before = machine.state
-        machine.setReconnecting(recognizerDown || microphoneDown)
-        if machine.state != before { publish(.state(machine.state)) }
-    }
-
-    private func setAuthorization(_ status: RecognizerAuthorization) {
-        guard status != authorization else { return }
-        authorization = status
-        publish(.authorization(status))
-    }
-
-    private func setMicrophone(_ status: MicrophoneStatus) {
-        guard status != microphoneStatus else { return }
-        microphoneStatus = status
-        publish(.microphone(status))
-    }
-
-    private func setLastError(_ error: SpeechError?) {
-        guard error != lastError else { return }
-        lastError = error
-        publish(.lastError(error))
-    }
-
-    private func probeAuthorization() async -> RecognizerAuthorization {
-        do {
-            try await microphone.probe(source: settings.source.isEmpty ? nil : settings.source)
-            setMicrophone(.authorized)
-        } catch {
-            setMicrophone(Self.microphoneStatus(for: error))
-        }
-        let status = await recognizers[settings.backend].authorize().0
-        setAuthorization(status)
-        return status
-    }
-
-    private func answerAuthorization(_ status: RecognizerAuthorization) {
-        let waiters = authorizationWaiters
-        authorizationWaiters = []
-        for waiter in waiters { waiter(status) }
-    }
-
-    private func answerSources(_ result: Result<[AudioSource], SpeechError>) {
-        let waiters = sourceWaiters
-        sourceWaiters = []
-        for waiter in waiters { waiter(result) }
-    }
-
-    static func microphoneStatus(for error: CaptureError) -> MicrophoneStatus {
-        error.kind == .accessDenied ? .denied : .unavailable
-    }
-
-    // MARK: History
-
-    private func beginHistory(_ run: SessionRun, backend: Backend) {
-        historyID = nil
-        guard let history else { return }
-        let id = UUID().uuidString.lowercased()
-        do {
-            try history.beginSession(
-                id: id, started: Date(), backend: backend.rawValue, language: run.options.language,
-                source: run.source ?? "")
-            historyID = id
-        } catch {
-            logger.error("history: session not recorded", metadata: ["reason": "\(error.description)"])
-        }
-    }
-
-    /// Commits a final before anyone hears of it, so a crash right after loses nothing signalled.
-    private func store(_ result: RecognitionResult) {
-        guard let history, let historyID else { return }
-        let text = Transcript.normalized(result.text)
-        guard !text.isEmpty else { return }
-        do {
-            try history.appendFinal(
-                sessionID: historyID, text: text, audioStart: result.audioStart, audioEnd: result.audioEnd)
-        } catch {
-            logger.error("history: final not stored", metadata: ["reason": "\(error.description)"])
-        }
-    }
-
-    private func endHistory() {
-        guard let history, let historyID else { return }
-        self.historyID = nil
-        do {
-            try history.endSession(id: historyID)
-        } catch {
-            logger.error("history: session end not recorded", metadata: ["reason": "\(error.description)"])
-        }
-    }
-
-    /// Deletes sessions older than `history_days` (if set), at most once a day (startup pruned already).
-    private func pruneHistoryDaily() {
-        guard let history, configuration.historyDays > 0, ContinuousClock.now - lastPruned > .seconds(86_400) else {
-            return
-        }
-        lastPruned = .now
-        do {
-            let pruned = try history.prune(startedBefore: Configuration.historyCutoff(days: configuration.historyDays))
-            if pruned > 0 { logger.info("pruned history", metadata: ["sessions": "\(pruned)"]) }
-        } catch {
-            logger.error("history pruning failed", metadata: ["reason": "\(error.description)"])
-        }
-    }
-
-    // MARK: Auto-stop
-
-    private func autoStopHeardSpeech() {
-        guard session?.autoStop != nil else { return }
-        session?.autoStop?.speechStarted()
-        armAutoStop()
-    }
-
-    private func autoStopHeardSilence(since instant: NIODeadline) {
-        guard session?.autoStop != nil else { return }
-        session?.autoStop?.silenceBegan(at: instant)
-        armAutoStop()
-    }
-
-    private func armAutoStop() {
-        autoStopTimer?.cancel()
-        autoStopTimer = nil
-        guard let session, let deadline = session.autoStop?.deadline else { return }
-        let token = session.run.token
-        autoStopTimer = loop.scheduleTask(deadline: deadline) {
-            self.assumeIsolated { $0.autoStopDue(token: token) }
-        }
-    }
-
-    private func cancelAutoStop() {
-        autoStopTimer?.cancel()
-        autoStopTimer = nil
-        session?.autoStop = nil
-    }
-
-    /// Stops exactly as `StopTranscribing` would: flushed, every word kept, no failure.
-    private func autoStopDue(token: Int) {
-        guard let session, session.run.token == token, let autoStop = session.autoStop,
-            machine.state == .listening || machine.state == .reconnecting
-        else { return }
-        logger.info(
-            autoStop.heardSpeech ? "auto-stop: silence after speech" : "auto-stop: nobody spoke",
-            metadata: [
-                "after_ms":
-                    "\(autoStop.heardSpeech ? autoStop.silence.nanoseconds / 1_000_000 : autoStop.noSpeech.nanoseconds / 1_000_000)"
-            ])
-        call({ .stop($0) }) { _, _ in }
-    }
-
-    // MARK: Desktop output
-
-    private func beginOutput(_ mode: OutputMode) throws(SpeechError) -> ActiveOutput? {
-        guard mode != .none else { return nil }
-        guard let output else {
-            throw .invalidConfiguration("output = \"\(mode.rawValue)\" is not available in this build of sttd.")
-        }
-        let outputSession = try output.begin(mode) { [self] message in
-            submit { core in core.outputFailed(message) }
-        }
-        return ActiveOutput(mode: mode, session: outputSession)
-    }
-
-    private func typeFinal(_ text: String) {
-        guard var output = activeOutput, output.mode == .type else { return }
-        let text = Transcript.normalized(text)
-        guard !text.isEmpty else { return }
-        output.session.type(output.typedAny ? " " + text : text)
-        output.typedAny = true
-        activeOutput = output
-    }
-
-    /// The pending interim, shown where the next final will be typed (an input method's preedit).
-    private func showInterim(_ text: String) {
-        guard let output = activeOutput, output.mode == .type else { return }
-        let text = Transcript.normalized(text)
-        output.session.preedit(text.isEmpty || !output.typedAny ? text : " " + text)
-    }
-
-    /// A tool failed: the session goes on and the text stays in the transcript and history.
-    private func outputFailed(_ message: String) {
-        logger.warning(
-            "desktop output failed; the text is kept in the transcript and history",
-            metadata: ["reason": "\(message)"])
-        let error = SpeechError.invalidConfiguration(message)
-        setLastError(error)
-        publish(.outputFailed(error))
-    }
-}
-
-// MARK: Calls made at once, for callers already on the core
-
-extension SpeechCore {
-    /// ``start(_:reply:)`` made at once, inside ``submit(_:)``: the bus adapter checks there who
-    /// owns the session, and the call it lets through must not queue behind later calls.
-    public func startNow(_ options: StartOptions, reply: @escaping @Sendable (SpeechError?) -> Void) {
-        call({ .start($0, options) }) { outcome, _ in
-            if case .error(let error) = outcome { reply(error) } else { reply(nil) }
-        }
-    }
-
-    /// ``stop(reply:)`` made at once (see ``startNow(_:reply:)``).
-    public func stopNow(reply: @escaping @Sendable (String) -> Void) {
-        call({ .stop($0) }) { _, text in reply(text) }
-    }
-
-    /// ``toggle(_:reply:)`` made at once (see ``startNow(_:reply:)``).
-    public func toggleNow(_ options: StartOptions, reply: @escaping @Sendable (Result<Bool, SpeechError>) -> Void) {
-        call({ .toggle($0, options) }) { outcome, _ in
-            switch outcome {
-            case .error(let error): reply(.failure(error))
-            case .toggled(let listening): reply(.success(listening))
-            default: reply(.success(false))
-            }
-        }
-    }
-
-    /// ``cancel(reply:)`` made at once (see ``startNow(_:reply:)``).
-    public func cancelNow(reply: @escaping @Sendable () -> Void) {
-        call({ .cancel($0) }) { _, _ in reply() }
-    }
 }

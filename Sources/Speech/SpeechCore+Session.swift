@@ -1,0 +1,247 @@
+import Capture
+import Foundation
+import History
+import Logging
+import NIOCore
+import Recognition
+
+/// The running session's reports, its end, the transcript and the status properties.
+extension SpeechCore {
+    // MARK: Reports from the running session
+
+    func opened(_ run: SessionRun) {
+        guard let current = session, current.run === run else { return }
+        let fellBack = current.fellBack
+        recognizerDown = false
+        microphoneDown = false
+        // Started offline: a refused key still shows (denied, NotAuthorized) until the next session opens.
+        if let status = fellBack == nil ? .authorized : fellBack?.authorization { setAuthorization(status) }
+        setMicrophone(.authorized)
+        setLastError(fellBack.flatMap(Self.fallbackError))
+        let backend = fellBack == nil ? run.backend : .local
+        publish(.activeBackend(backend))
+        beginHistory(run, backend: backend)
+        if let after = session?.autoStopAfter {
+            session?.autoStop = AutoStop(
+                silence: after, noSpeech: .milliseconds(Int64(configuration.autoStopNoSpeechMilliseconds)),
+                opened: .now())
+            armAutoStop()
+        }
+        logger.info(
+            "listening", metadata: ["source": "\(run.source ?? "(default)")", "backend": "\(run.backend.rawValue)"])
+        handle(.opened)
+    }
+
+    func openFailed(_ run: SessionRun, _ failure: SessionRun.OpenFailure) {
+        guard session?.run === run else { return }
+        session = nil
+        // Nothing was said: there is nothing to deliver, and the tools it started can go.
+        activeOutput?.session.finish(transcript: nil) {}
+        activeOutput = nil
+        let error: SpeechError
+        switch failure {
+        case .recognizer(let recognitionError):
+            // A refused key says "denied", a missing model or key "restricted"; a network failure says nothing.
+            if let status = recognitionError.authorization ?? (run.backend == .local ? .restricted : nil) {
+                setAuthorization(status)
+            }
+            error = SpeechError(recognitionError)
+        case .microphone(let captureError):
+            setMicrophone(Self.microphoneStatus(for: captureError))
+            error = SpeechError(captureError)
+        }
+        handle(.openFailed(error))
+    }
+
+    func received(_ event: RecognitionEvent, from run: SessionRun) {
+        guard let session, session.run === run else { return }
+        switch event {
+        case .result(let result):
+            apply(result)
+        case .reconnecting(let down):
+            recognizerDown = down
+            updateReconnecting()
+        case .speechActivity(let now):
+            setSpeaking(now)
+            if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
+        case .fellBack(let reason):
+            self.session?.fellBack = reason
+            // The streaming backend's interim will not become a final: the offline engine
+            // recognizes that audio again.
+            dropInterim()
+            logger.notice("dictation continues offline", metadata: ["reason": "\(reason.message)"])
+            publish(.continuingOffline(SpeechError(reason)))
+            // At the start, `opened` shows it; mid-session, now.
+            guard machine.state != .starting else { return }
+            noteFallback(reason)
+            publish(.activeBackend(.local))
+        }
+    }
+
+    /// What a fallback says about the streaming backend: a refused key is `denied` and
+    /// `NotAuthorized`, so the user learns the key is wrong although dictation goes on.
+    func noteFallback(_ reason: RecognitionError) {
+        if let status = reason.authorization { setAuthorization(status) }
+        if let error = Self.fallbackError(reason) { setLastError(error) }
+    }
+
+    /// The `LastError` a fallback leaves: only a refused key (the network needs no fixing).
+    static func fallbackError(_ reason: RecognitionError) -> SpeechError? {
+        reason.kind == .notAuthorized ? SpeechError(reason) : nil
+    }
+
+    /// The capture's own voice detector changed its mind.
+    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from run: SessionRun) {
+        guard session?.run === run else { return }
+        switch change {
+        case .speech: autoStopHeardSpeech()
+        case .silence(let ago): autoStopHeardSilence(since: instant - TimeAmount(ago))
+        }
+    }
+
+    func microphoneLink(down: Bool, from run: SessionRun) {
+        guard session?.run === run else { return }
+        microphoneDown = down
+        setMicrophone(down ? .unavailable : .authorized)
+        updateReconnecting()
+    }
+
+    /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
+    func inboxOverflowed(_ run: SessionRun) {
+        guard session?.run === run else { return }
+        logger.error(
+            "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.inboxBound)"])
+        session?.failure = SpeechError.internal(
+            "sttd fell more than \(Self.inboxBound) results behind the recognizer (the computer is too busy); the session stopped. What was recognized before is kept."
+        )
+        run.close(flush: false)
+    }
+
+    func ended(_ run: SessionRun, captureError: CaptureError?, recognitionError: RecognitionError?) {
+        guard let ending = session, ending.run === run else { return }
+        let outcome: Machine.Event
+        if let failure = ending.failure {
+            outcome = .failed(failure)
+        } else if let captureError {
+            setMicrophone(Self.microphoneStatus(for: captureError))
+            outcome = .failed(SpeechError(captureError))
+        } else if let recognitionError, !ending.cancelled {
+            outcome = .failed(SpeechError(recognitionError))
+        } else {
+            outcome = .closed
+        }
+        conclude(ending, outcome: outcome)
+    }
+
+    /// Ends the core's side of a session: its text kept, history closed, desktop output done,
+    /// then the machine hears `outcome`.
+    func conclude(_ ending: ActiveSession, outcome: Machine.Event) {
+        stopTimer?.cancel()
+        stopTimer = nil
+        cancelAutoStop()
+        // Stop, timeout, failure: the pending interim is kept as the last final (and typed).
+        // Cancel dropped it.
+        if !ending.cancelled { promoteInterim() }
+        session = nil
+        setSpeaking(false)
+        publish(.activeBackend(nil))
+        endHistory()
+        pruneHistoryDaily()
+        // The session is over once its text is on the desktop too: a Stop's reply comes after
+        // the last final was typed or the transcript is on the clipboard.
+        guard let output = activeOutput else { return handle(outcome) }
+        activeOutput = nil
+        output.session.finish(transcript: ending.cancelled ? nil : transcript.finalText) { [self] in
+            submit { core in core.handle(outcome) }
+        }
+    }
+
+    // MARK: Transcript
+
+    func apply(_ result: RecognitionResult) {
+        guard transcript.apply(result) else { return }
+        if result.isFinal {
+            store(result)
+            typeFinal(result.text)
+        } else {
+            showInterim(result.text)
+        }
+        publish(
+            .transcript(
+                transcript.text,
+                update: TranscriptUpdate(segment: Transcript.normalized(result.text), isFinal: result.isFinal)))
+    }
+
+    /// Keeps the pending interim as a final: stored, then reported as one.
+    func promoteInterim() {
+        guard !transcript.interim.isEmpty else { return }
+        apply(RecognitionResult(text: transcript.interim, isFinal: true))
+    }
+
+    func dropInterim() {
+        guard !transcript.interim.isEmpty else { return }
+        transcript.dropInterim()
+        showInterim("")
+        publish(.transcript(transcript.text, update: nil))
+    }
+
+    // MARK: Status
+
+    func setSpeaking(_ now: Bool) {
+        guard speaking != now else { return }
+        speaking = now
+        publish(.speechActivity(now))
+    }
+
+    func updateReconnecting() {
+        let before = machine.state
+        machine.setReconnecting(recognizerDown || microphoneDown)
+        if machine.state != before { publish(.state(machine.state)) }
+    }
+
+    func setAuthorization(_ status: RecognizerAuthorization) {
+        guard status != authorization else { return }
+        authorization = status
+        publish(.authorization(status))
+    }
+
+    func setMicrophone(_ status: MicrophoneStatus) {
+        guard status != microphoneStatus else { return }
+        microphoneStatus = status
+        publish(.microphone(status))
+    }
+
+    func setLastError(_ error: SpeechError?) {
+        guard error != lastError else { return }
+        lastError = error
+        publish(.lastError(error))
+    }
+
+    func probeAuthorization() async -> RecognizerAuthorization {
+        do {
+            try await microphone.probe(source: settings.source.isEmpty ? nil : settings.source)
+            setMicrophone(.authorized)
+        } catch {
+            setMicrophone(Self.microphoneStatus(for: error))
+        }
+        let status = await recognizers[settings.backend].authorize().0
+        setAuthorization(status)
+        return status
+    }
+
+    func answerAuthorization(_ status: RecognizerAuthorization) {
+        let waiters = authorizationWaiters
+        authorizationWaiters = []
+        for waiter in waiters { waiter(status) }
+    }
+
+    func answerSources(_ result: Result<[AudioSource], SpeechError>) {
+        let waiters = sourceWaiters
+        sourceWaiters = []
+        for waiter in waiters { waiter(result) }
+    }
+
+    static func microphoneStatus(for error: CaptureError) -> MicrophoneStatus {
+        error.kind == .accessDenied ? .denied : .unavailable
+    }
+}
