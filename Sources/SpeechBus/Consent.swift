@@ -50,17 +50,17 @@ public final class Consent: Sendable {
     public let policy: ConsentPolicy
     public let store: any ConsentStore
     public let identities = IdentityCache()
-    private let connection: DBusConnection
-    private let timeout: Duration
-    private let logger: Logger
-    private let jobs: AsyncStream<Job>
-    private let jobInput: AsyncStream<Job>.Continuation
-    private let prompts = PromptBook()
+    let connection: DBusConnection
+    let timeout: Duration
+    let logger: Logger
+    let jobs: AsyncStream<Job>
+    let jobInput: AsyncStream<Job>.Continuation
+    let prompts = PromptBook()
     /// Apps being asked right now, with the callers waiting for the answer: one prompt per app.
-    private let asking = Mutex<[String: [@Sendable (Answer) -> Void]]>([:])
-    private let ownUID = getuid()
+    let asking = Mutex<[String: [@Sendable (Answer) -> Void]]>([:])
+    let ownUID = getuid()
     /// Called with each unique name that leaves the bus.
-    private let departureObservers = Mutex<[@Sendable (String) -> Void]>([])
+    let departureObservers = Mutex<[@Sendable (String) -> Void]>([])
 
     public init(
         connection: DBusConnection, policy: ConsentPolicy, store: any ConsentStore, timeout: Duration,
@@ -281,177 +281,5 @@ public final class Consent: Sendable {
 
     static func denied(_ app: String) -> DBusError {
         notAuthorized("\(app) is not allowed to use dictation. Run `sttctl allow \(app)` to allow it.")
-    }
-
-    // MARK: Asking
-
-    /// Asks the user about `app` (one prompt per app however many calls wait for it); a clear
-    /// answer is remembered.
-    func ask(_ app: String) async -> Answer {
-        let first = asking.withLock { asking -> Bool in
-            guard asking[app] == nil else { return false }
-            asking[app] = []
-            return true
-        }
-        guard first else {
-            return await withCheckedContinuation { continuation in
-                let joined = asking.withLock { asking -> Bool in
-                    guard asking[app] != nil else { return false }
-                    asking[app]!.append { continuation.resume(returning: $0) }
-                    return true
-                }
-                // The prompt ended between the two looks: this call was not part of it.
-                if !joined { continuation.resume(returning: .none("the prompt had just ended")) }
-            }
-        }
-        let answer = await prompt(app)
-        if case .none(let why) = answer {
-            logger.notice("consent not given", metadata: ["app": "\(app)", "why": "\(why)"])
-        } else {
-            let decision: ConsentDecision = answer == .allow ? .allow : .deny
-            do {
-                try await store.set(decision, for: app)
-                logger.notice("consent remembered", metadata: ["app": "\(app)", "decision": "\(decision)"])
-            } catch {
-                logger.error("cannot remember consent", metadata: ["app": "\(app)", "error": "\(error.message)"])
-            }
-        }
-        let waiters = asking.withLock { $0.removeValue(forKey: app) } ?? []
-        for waiter in waiters { waiter(answer) }
-        return answer
-    }
-
-    private func notifications(_ member: String, _ arguments: [DBusValue]) async throws(DBusError) -> [DBusValue] {
-        try await connection.call(
-            destination: DesktopNotifier.destination, path: DesktopNotifier.path,
-            interface: DesktopNotifier.destination, member: member, arguments: arguments, timeout: .seconds(2))
-    }
-
-    /// Shows the Allow/Deny notification and waits for the answer, at most ``timeout``.
-    func prompt(_ app: String) async -> Answer {
-        let server: String
-        do {
-            let capabilities = try await notifications("GetCapabilities", []).first?.strings ?? []
-            guard capabilities.contains("actions") else {
-                return .none("the desktop's notifications cannot show Allow and Deny buttons")
-            }
-            // Answers count only from the server that showed the prompt: anyone may send us signals.
-            guard
-                let owner = try await connection.call(
-                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                    interface: "org.freedesktop.DBus", member: "GetNameOwner",
-                    arguments: [.string(DesktopNotifier.destination)]
-                ).first?.string
-            else { return .none("no notification server") }
-            server = owner
-        } catch {
-            return .none("no desktop notifications to ask you with (\(error.message))")
-        }
-        let milliseconds = Int32(
-            clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-        let id: UInt32
-        do {
-            let reply = try await notifications(
-                "Notify",
-                [
-                    .string("sttd"), .uint32(0), .string("audio-input-microphone"),
-                    .string("Allow \(app) to use dictation?"),
-                    .string("\(app) wants to turn on the microphone and transcribe what you say."),
-                    .strings(["allow", "Allow", "deny", "Deny"]),
-                    .vardict([("urgency", .byte(2)), ("category", .string("device"))]), .int32(milliseconds),
-                ])
-            guard let shown = reply.first?.uint32, shown != 0 else { return .none("the prompt could not be shown") }
-            id = shown
-        } catch {
-            return .none("the prompt could not be shown (\(error.message))")
-        }
-        logger.info("asking for consent", metadata: ["app": "\(app)", "notification": "\(id)"])
-        let timeout = timeout
-        let answer = await withTaskCancellationHandler {
-            await withTaskGroup(of: Void.self) { [prompts] group in
-                group.addTask {
-                    // Cancelled when the answer comes first; otherwise the prompt times out.
-                    guard (try? await eventLoopSleep(for: timeout)) != nil else { return }
-                    prompts.resolve(id, from: nil, .none("no answer within \(milliseconds) ms"))
-                }
-                let answer = await prompts.wait(for: id, from: server)
-                group.cancelAll()
-                return answer
-            }
-        } onCancel: { [prompts] in
-            // Shutting down: the waiting call is answered, and run() can end.
-            prompts.resolve(id, from: nil, .none("sttd is shutting down"))
-        }
-        if case .none = answer {
-            _ = try? await notifications("CloseNotification", [.uint32(id)])
-        }
-        return answer
-    }
-}
-
-/// Prompts waiting for the notification server's answer, by notification id.
-final class PromptBook: Sendable {
-    private struct Waiter {
-        var server: String
-        var continuation: CheckedContinuation<Consent.Answer, Never>
-    }
-    private struct State {
-        var waiting: [UInt32: Waiter] = [:]
-        // Answers that came before their waiter (bounded: the oldest are dropped).
-        var early: [(id: UInt32, server: String, answer: Consent.Answer)] = []
-    }
-    private static let earlyLimit = 16
-    private let state = Mutex(State())
-
-    /// Takes `ActionInvoked` and `NotificationClosed` signals.
-    func receive(_ signal: DBusSignalMessage) {
-        guard let id = signal.arguments.first?.uint32 else { return }
-        switch signal.member {
-        case "ActionInvoked":
-            let key = signal.arguments.count > 1 ? signal.arguments[1].string ?? "" : ""
-            let answer: Consent.Answer =
-                switch key {
-                case "allow": .allow
-                case "deny": .deny
-                default: .none("the prompt was clicked without choosing Allow or Deny")
-                }
-            resolve(id, from: signal.sender, answer)
-        case "NotificationClosed":
-            resolve(id, from: signal.sender, .none("the prompt was dismissed"))
-        default:
-            break
-        }
-    }
-
-    /// Answers the prompt `id`. `sender` nil is sttd's own timer, always believed.
-    func resolve(_ id: UInt32, from sender: String?, _ answer: Consent.Answer) {
-        let waiter = state.withLock { state -> Waiter? in
-            guard let waiter = state.waiting[id] else {
-                // "" (the timer) matches any server.
-                state.early.append((id, sender ?? "", answer))
-                if state.early.count > Self.earlyLimit { state.early.removeFirst() }
-                return nil
-            }
-            guard sender == nil || sender == waiter.server else { return nil }
-            state.waiting[id] = nil
-            return waiter
-        }
-        waiter?.continuation.resume(returning: answer)
-    }
-
-    /// Waits for the answer to prompt `id` from the notification server `server`.
-    func wait(for id: UInt32, from server: String) async -> Consent.Answer {
-        await withCheckedContinuation { continuation in
-            let early = state.withLock { state -> Consent.Answer? in
-                if let index = state.early.firstIndex(where: {
-                    $0.id == id && ($0.server == server || $0.server.isEmpty)
-                }) {
-                    return state.early.remove(at: index).answer
-                }
-                state.waiting[id] = Waiter(server: server, continuation: continuation)
-                return nil
-            }
-            if let early { continuation.resume(returning: early) }
-        }
     }
 }

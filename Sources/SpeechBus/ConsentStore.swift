@@ -44,7 +44,7 @@ public struct PermissionStoreConsent: ConsentStore {
     public static let table = "sttd"
     public static let resource = "microphone"
 
-    private let connection: DBusConnection
+    let connection: DBusConnection
 
     public init(connection: DBusConnection) { self.connection = connection }
 
@@ -58,7 +58,7 @@ public struct PermissionStoreConsent: ConsentStore {
         return activatable?.contains(busName) == true
     }
 
-    private static func busCall(_ connection: DBusConnection, _ member: String, _ arguments: [DBusValue])
+    static func busCall(_ connection: DBusConnection, _ member: String, _ arguments: [DBusValue])
         async throws(DBusError) -> [DBusValue]
     {
         try await connection.call(
@@ -66,7 +66,7 @@ public struct PermissionStoreConsent: ConsentStore {
             member: member, arguments: arguments, timeout: .seconds(5))
     }
 
-    private func call(_ member: String, _ arguments: [DBusValue]) async throws(DBusError) -> [DBusValue] {
+    func call(_ member: String, _ arguments: [DBusValue]) async throws(DBusError) -> [DBusValue] {
         try await connection.call(
             destination: Self.busName, path: Self.path, interface: Self.busName, member: member, arguments: arguments,
             timeout: .seconds(10))
@@ -112,7 +112,7 @@ public struct PermissionStoreConsent: ConsentStore {
 public final class FileConsentStore: ConsentStore {
     public let path: String
     // Serializes read-modify-write of the file within this process.
-    private let lock = Mutex(())
+    let lock = Mutex(())
 
     public init(path: String) { self.path = path }
 
@@ -143,7 +143,7 @@ public final class FileConsentStore: ConsentStore {
         decisions.keys.sorted().map { "\($0) \(decisions[$0]!.permission)\n" }.joined()
     }
 
-    private func read() throws(DBusError) -> [String: ConsentDecision] {
+    func read() throws(DBusError) -> [String: ConsentDecision] {
         guard FileManager.default.fileExists(atPath: path) else { return [:] }
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
             throw DBusError.failed("cannot read \(path)")

@@ -1,0 +1,106 @@
+import Foundation
+import Recognition
+import TOMLKit
+
+/// Reads typed keys from a TOML table and remembers which were read, to refuse unknown ones.
+struct TableReader {
+    let table: TOMLTable
+    let prefix: String
+    var seen: Set<String> = []
+
+    init(table: TOMLTable, prefix: String) {
+        self.table = table
+        self.prefix = prefix
+    }
+
+    private func wrongType(_ key: String, _ value: any TOMLValueConvertible, _ expected: String) -> ConfigurationError {
+        ConfigurationError(
+            "\(prefix)\(key) = \(value.debugDescription) is a \(value.type), but it must be \(expected).")
+    }
+
+    mutating func string(_ key: String, default value: String) throws(ConfigurationError) -> String {
+        seen.insert(key)
+        guard let raw = table[key] else { return value }
+        guard let string = raw.string else { throw wrongType(key, raw, "a string") }
+        return string
+    }
+
+    mutating func bool(_ key: String, default value: Bool) throws(ConfigurationError) -> Bool {
+        seen.insert(key)
+        guard let raw = table[key] else { return value }
+        guard raw.type == .bool, let bool = raw.bool else { throw wrongType(key, raw, "true or false") }
+        return bool
+    }
+
+    mutating func milliseconds(_ key: String, default value: UInt32, allowZero: Bool) throws(ConfigurationError)
+        -> UInt32
+    {
+        seen.insert(key)
+        guard let raw = table[key] else { return value }
+        guard raw.type == .int, let int = raw.int else { throw wrongType(key, raw, "a whole number of milliseconds") }
+        let range = (allowZero ? 0 : 1)...Int(Configuration.maximumMilliseconds)
+        guard range.contains(int) else {
+            throw ConfigurationError(
+                "\(prefix)\(key) = \(int) is out of range; allowed: \(range.lowerBound) to \(range.upperBound) milliseconds."
+            )
+        }
+        return UInt32(int)
+    }
+
+    mutating func count(_ key: String, default value: Int, range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+        seen.insert(key)
+        guard let raw = table[key] else { return value }
+        guard raw.type == .int, let int = raw.int else { throw wrongType(key, raw, "a whole number") }
+        guard range.contains(int) else {
+            throw ConfigurationError(
+                "\(prefix)\(key) = \(int) is out of range; allowed: \(range.lowerBound) to \(range.upperBound).")
+        }
+        return int
+    }
+
+    mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, default value: T) throws(ConfigurationError)
+        -> T
+    where T.RawValue == String {
+        let allowed = T.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+        seen.insert(key)
+        guard let raw = table[key] else { return value }
+        guard let string = raw.string else { throw wrongType(key, raw, "one of \(allowed)") }
+        guard let choice = T(rawValue: string) else {
+            throw ConfigurationError("\(prefix)\(key) = \"\(string)\" is not allowed; use one of \(allowed).")
+        }
+        return choice
+    }
+
+    mutating func table(_ key: String) throws(ConfigurationError) -> TOMLTable? {
+        seen.insert(key)
+        guard let raw = table[key] else { return nil }
+        guard let table = raw.table else { throw wrongType(key, raw, "a table ([\(key)])") }
+        return table
+    }
+
+    /// A table of query parameters; strings, numbers and booleans (lowercase) are accepted.
+    mutating func parameters(_ key: String) throws(ConfigurationError) -> [String: String] {
+        guard let table = try table(key) else { return [:] }
+        var result: [String: String] = [:]
+        for name in table.keys {
+            guard let value = table[name] else { continue }
+            switch value.type {
+            case .string: result[name] = value.string
+            case .bool: result[name] = value.bool == true ? "true" : "false"
+            case .int: result[name] = value.int.map(String.init)
+            case .double: result[name] = value.double.map { String($0) }
+            default:
+                throw ConfigurationError("\(prefix)\(key).\(name) must be a string, number or boolean.")
+            }
+        }
+        return result
+    }
+
+    func refuseUnknownKeys() throws(ConfigurationError) {
+        let unknown = table.keys.filter { !seen.contains($0) }.sorted()
+        guard let first = unknown.first else { return }
+        let allowed = seen.sorted().joined(separator: ", ")
+        throw ConfigurationError(
+            "\(prefix)\(first) is not a known setting (known here: \(allowed)); check its spelling.")
+    }
+}
