@@ -7,7 +7,8 @@ the input method showed, in a JSON file the tests read:
 
   ibus_field.py READY STATE [--purpose password]
 
-READY gets the window's X id once the field has the focus. With --purpose password the field
+READY gets the window's X id once the window is shown ("wayland" on a Wayland display, where
+GTK's default input method module is the compositor's, text-input-v3). With --purpose password the field
 is a visible GtkEntry whose input purpose is PASSWORD (GTK keeps input methods away from
 invisible ones by itself); otherwise a GtkTextView (free form, several lines).
 """
@@ -68,7 +69,9 @@ save()
 def announce():
     tmp = ready_path + ".tmp"
     with open(tmp, "w") as f:
-        f.write(str(window.get_window().get_xid()))
+        gdk_window = window.get_window()
+        # An X window id on X11; on Wayland windows have no id a client can name.
+        f.write(str(gdk_window.get_xid()) if hasattr(gdk_window, "get_xid") else "wayland")
     os.replace(tmp, ready_path)
     return False
 

@@ -82,8 +82,9 @@ public final class IBusDesktop: @unchecked Sendable {
     /// Opens a GTK 3 window with one field, using IBus, and gives it the keyboard focus; it
     /// closes at the latest with the desktop.
     public func openField(password: Bool = false) async throws -> IBusField {
-        let field = try await IBusField(desktop: self, password: password)
+        let field = try await IBusField(environment: environment, password: password)
         fields.withLock { $0.append(field) }
+        try await field.focus()
         return field
     }
 
@@ -110,7 +111,7 @@ public final class IBusField: @unchecked Sendable {
     private let process: ChildProcess
     private let directory: String
     private let environment: [String: String]
-    /// The X window id.
+    /// The X window id ("wayland" on a Wayland desktop, where windows have no id a client can name).
     public let windowID: String
 
     /// What the field recorded.
@@ -124,8 +125,9 @@ public final class IBusField: @unchecked Sendable {
         public var focus: Bool
     }
 
-    fileprivate init(desktop: IBusDesktop, password: Bool) async throws {
-        environment = desktop.environment
+    /// Starts the window in `environment` and waits until it is shown; the desktop focuses it.
+    init(environment: [String: String], password: Bool) async throws {
+        self.environment = environment
         directory = try makeTemporaryDirectory("sttd-field")
         let script = "\(DeepgramSDKClient.packageRoot)/Tests/Clients/ibus_field.py"
         let ready = "\(directory)/ready"
@@ -140,10 +142,12 @@ public final class IBusField: @unchecked Sendable {
         }
         windowID = ((try? String(contentsOfFile: ready, encoding: .utf8)) ?? "").trimmingCharacters(
             in: .whitespacesAndNewlines)
-        try await focus()
     }
 
-    /// Gives this window the keyboard focus (no window manager: it stays there).
+    /// The window's own log (GTK's warnings).
+    var log: String { (try? String(contentsOfFile: "\(directory)/field.log", encoding: .utf8)) ?? "" }
+
+    /// Gives this window the keyboard focus on the X11 desktop (no window manager: it stays there).
     public func focus() async throws {
         let xdotool = try requireTool("xdotool", package: "xdotool")
         let focused = try await waitFor(timeout: .seconds(10)) {

@@ -1,0 +1,38 @@
+import DBus
+import Foundation
+import SpeechAPI
+import TestSupport
+import Testing
+
+extension Integration {
+    /// sttd's input method on GNOME's Wayland path: a headless gnome-shell in sttd's session
+    /// starts ibus-daemon (with the `sttd` engine among its components), Dictation is the input
+    /// source, and a GTK 3 window with GTK's default input method module (GTK_IM_MODULE unset:
+    /// the Wayland text-input protocol, gnome-shell hands the field to IBus) has the focus.
+    @Suite("Dictation through the input method on GNOME (Wayland)", .serialized)
+    struct GnomeInputMethodTests {
+        @Test func dictatedSpeechLandsInAGnomeWaylandFieldAsTheStopReply() async throws {
+            // No typing tool on sttd's PATH: text in the field came through the engine.
+            let sttd = try await SttdFixture(environment: GnomeDesktop.sttdEnvironment)
+            let desktop = try await GnomeDesktop.start(for: sttd)
+            defer { desktop.close() }
+            let field = try await desktop.openField()
+            defer { field.close() }
+            try await InputMethodTests.waitForInputMethod(sttd, "focused")
+
+            let start = try sttd.sttctl(["start", "--output", "type"])
+            #expect(start.status == 0, "\(start)")
+            try await sttd.pulse.play(try LibriVox.recordings()[0].path)
+            let stop = try sttd.sttctl(["stop"])
+            #expect(stop.status == 0, "\(stop)")
+            let reply = stop.stdout.trimmingCharacters(in: .newlines)
+            #expect(reply.split(separator: " ").count > 5, "\(reply)")
+            #expect(
+                await field.waitForText(reply, timeout: .seconds(30)),
+                "field: \(field.text)\nreply: \(reply)\n\(desktop.log)\n\(sttd.log.suffix(4000))")
+            // The words being spoken were shown at the cursor (text-input-v3 preedit) before they were final.
+            #expect((field.record?.preedits ?? 0) > 0, "preedit shown: \(String(describing: field.record))")
+            #expect(field.record?.preedit == "", "no preedit left after Stop")
+        }
+    }
+}
