@@ -22,7 +22,15 @@ struct InProcessSttd {
     let application: SttdApplication
     let client: DBusConnection
 
-    init(configuration: Configuration = Configuration()) async throws {
+    /// The defaults, but for a Stop that waits up to 30 s: the first session loads the offline
+    /// model, which takes several seconds on a busy machine, and these tests are not about the bound.
+    static var patientConfiguration: Configuration {
+        var configuration = Configuration()
+        configuration.stopTimeoutMilliseconds = 30_000
+        return configuration
+    }
+
+    init(configuration: Configuration = InProcessSttd.patientConfiguration) async throws {
         bus = try PrivateBus()
         pulse = try HeadlessPulse()
         home = try makeTemporaryDirectory("sttd-app")

@@ -32,7 +32,7 @@ struct NotificationTests {
     }
 
     @Test func aSessionThatFailsSaysWhy() async throws {
-        var configuration = Configuration()
+        var configuration = InProcessSttd.patientConfiguration
         configuration.microphoneReconnectMilliseconds = 0
         let sttd = try await InProcessSttd(configuration: configuration)
         defer { sttd.cleanUp() }
