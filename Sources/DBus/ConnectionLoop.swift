@@ -20,7 +20,7 @@ import Synchronization
 ///
 /// One exception, for high-rate signals (meter levels, ten a second while listening): when no
 /// job is queued or running, ``sendDroppable(_:)`` hands the signal to libdbus on the calling
-/// thread. Waking the owner thread for each cost a fifth of sttd's CPU while listening; the
+/// thread, because waking the owner thread for each was most of sttd's CPU while listening; the
 /// single-owner rule guards against a thread blocked in `read_write_dispatch`, which this loop
 /// never calls (it polls outside libdbus, and `dbus_connection_send` only writes what the
 /// socket takes at once, leaving the rest to the owner thread).

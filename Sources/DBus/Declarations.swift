@@ -192,7 +192,7 @@ final class ReaderBox: Sendable {
 }
 
 /// Holds the gate at its own type: a closure kept in a generic container and called from there
-/// was seen to leak per call on this toolchain (about 500 bytes a call under load).
+/// leaked on every call with this toolchain.
 final class GateBox: Sendable {
     let gate: DBusGate
     init(_ gate: @escaping DBusGate) { self.gate = gate }

@@ -7,7 +7,7 @@ import Synchronization
 /// xdotool types a character the map lacks by binding it to a spare keycode for one key press and
 /// unbinding it right after. A window looks a key up when it processes the event, and Xlib
 /// re-reads the map lazily after a mapping change, so a window that gets to the key after the
-/// unbinding sees an empty key and drops the character (xterm: 0 of 20 finals exact). Bound here
+/// unbinding sees an empty key and drops the character (xterm does). Bound here
 /// first, every character is in the map xdotool reads when it starts, so it never changes the
 /// map while it types; the bindings stay until ``settle`` after the last text typed on the display.
 ///
@@ -17,8 +17,8 @@ final class X11Keymap: @unchecked Sendable {
     // Safety: `bound`, `lastTyped`, `restoreScheduled` and `runner` are only touched with `lock` held.
 
     /// How long a binding outlives the last key typed with it: a window still processing earlier
-    /// keys must find it. Unbinding as soon as xdotool exited lost characters in 3 of 30 finals
-    /// into xterm; 50 ms later, none of 60 (both cores busy). Keeping them longer costs nothing.
+    /// keys must find it (README → "Typing and the clipboard" has the measurements). Keeping them
+    /// longer costs nothing.
     static let settle = Duration.seconds(2)
     static let timeout = Duration.seconds(5)
 

@@ -357,8 +357,8 @@ public enum SttdApp {
 
     /// A service that runs for weeks should give freed memory back. glibc's defaults keep it: an
     /// arena per busy thread, and a mmap threshold that rises after each large free, after which
-    /// large buffers (a 1 MB string in a D-Bus call) stay in the heap. Measured under 10 000
-    /// fuzzed calls: +18 MB RSS with the defaults, +1 MB with these.
+    /// large buffers (a 1 MB string in a D-Bus call) stay in the heap (README → Performance has
+    /// the measurement).
     static func limitAllocatorRetention() {
         sttd_limit_allocator_retention()
     }
