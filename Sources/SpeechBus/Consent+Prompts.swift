@@ -24,11 +24,11 @@ extension Consent {
                     return true
                 }
                 // The prompt ended between the two looks: this call was not part of it.
-                if !joined { continuation.resume(returning: .none("the prompt had just ended")) }
+                if !joined { continuation.resume(returning: .unanswered("the prompt had just ended")) }
             }
         }
         let answer = await prompt(app)
-        if case .none(let why) = answer {
+        if case .unanswered(let why) = answer {
             logger.notice("consent not given", metadata: ["app": "\(app)", "why": "\(why)"])
         } else {
             let decision: ConsentDecision = answer == .allow ? .allow : .deny
@@ -56,7 +56,7 @@ extension Consent {
         do {
             let capabilities = try await notifications("GetCapabilities", []).first?.strings ?? []
             guard capabilities.contains("actions") else {
-                return .none("the desktop's notifications cannot show Allow and Deny buttons")
+                return .unanswered("the desktop's notifications cannot show Allow and Deny buttons")
             }
             // Answers count only from the server that showed the prompt: anyone may send us signals.
             guard
@@ -65,10 +65,10 @@ extension Consent {
                     interface: "org.freedesktop.DBus", member: "GetNameOwner",
                     arguments: [.string(DesktopNotifier.destination)]
                 ).first?.string
-            else { return .none("no notification server") }
+            else { return .unanswered("no notification server") }
             server = owner
         } catch {
-            return .none("no desktop notifications to ask you with (\(error.message))")
+            return .unanswered("no desktop notifications to ask you with (\(error.message))")
         }
         let milliseconds = Int32(
             clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
@@ -83,10 +83,10 @@ extension Consent {
                     .strings(["allow", "Allow", "deny", "Deny"]),
                     .vardict([("urgency", .byte(2)), ("category", .string("device"))]), .int32(milliseconds),
                 ])
-            guard let shown = reply.first?.uint32, shown != 0 else { return .none("the prompt could not be shown") }
+            guard let shown = reply.first?.uint32, shown != 0 else { return .unanswered("the prompt could not be shown") }
             id = shown
         } catch {
-            return .none("the prompt could not be shown (\(error.message))")
+            return .unanswered("the prompt could not be shown (\(error.message))")
         }
         logger.info("asking for consent", metadata: ["app": "\(app)", "notification": "\(id)"])
         let timeout = timeout
@@ -95,7 +95,7 @@ extension Consent {
                 group.addTask {
                     // Cancelled when the answer comes first; otherwise the prompt times out.
                     guard (try? await eventLoopSleep(for: timeout)) != nil else { return }
-                    prompts.resolve(id, from: nil, .none("no answer within \(milliseconds) ms"))
+                    prompts.resolve(id, from: nil, .unanswered("no answer within \(milliseconds) ms"))
                 }
                 let answer = await prompts.wait(for: id, from: server)
                 group.cancelAll()
@@ -103,9 +103,9 @@ extension Consent {
             }
         } onCancel: { [prompts] in
             // Shutting down: the waiting call is answered, and run() can end.
-            prompts.resolve(id, from: nil, .none("sttd is shutting down"))
+            prompts.resolve(id, from: nil, .unanswered("sttd is shutting down"))
         }
-        if case .none = answer {
+        if case .unanswered = answer {
             _ = try? await notifications("CloseNotification", [.uint32(id)])
         }
         return answer

@@ -22,7 +22,7 @@ public final class Consent: Sendable {
     enum Answer: Sendable, Equatable {
         case allow, deny
         /// Dismissed, timed out, or no notification server with actions: asked again next time.
-        case none(String)
+        case unanswered(String)
     }
 
     typealias Job = @Sendable () async -> Void
@@ -256,7 +256,7 @@ public final class Consent: Sendable {
         switch await ask(app) {
         case .allow: return nil
         case .deny: return reportsStatus ? nil : Self.denied(app)
-        case .none(let why):
+        case .unanswered(let why):
             return reportsStatus
                 ? nil
                 : Self.notAuthorized(

@@ -30,11 +30,11 @@ final class PromptBook: Sendable {
                 switch key {
                 case "allow": .allow
                 case "deny": .deny
-                default: .none("the prompt was clicked without choosing Allow or Deny")
+                default: .unanswered("the prompt was clicked without choosing Allow or Deny")
                 }
             resolve(id, from: signal.sender, answer)
         case "NotificationClosed":
-            resolve(id, from: signal.sender, .none("the prompt was dismissed"))
+            resolve(id, from: signal.sender, .unanswered("the prompt was dismissed"))
         default:
             break
         }
