@@ -83,7 +83,9 @@ extension Consent {
                     .strings(["allow", "Allow", "deny", "Deny"]),
                     .vardict([("urgency", .byte(2)), ("category", .string("device"))]), .int32(milliseconds),
                 ])
-            guard let shown = reply.first?.uint32, shown != 0 else { return .unanswered("the prompt could not be shown") }
+            guard let shown = reply.first?.uint32, shown != 0 else {
+                return .unanswered("the prompt could not be shown")
+            }
             id = shown
         } catch {
             return .unanswered("the prompt could not be shown (\(error.message))")
