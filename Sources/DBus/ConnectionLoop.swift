@@ -36,7 +36,7 @@ final class ConnectionLoop: @unchecked Sendable {
         static let standard = Bounds(soft: 4096, hard: 65_536)
     }
 
-    struct Shared {
+    struct CrossThreadState {
         var jobs: [Job] = []
         var ended = false
         var closeRequested = false
@@ -56,7 +56,7 @@ final class ConnectionLoop: @unchecked Sendable {
             return !overflowing
         }
     }
-    let shared = Mutex(Shared())
+    let shared = Mutex(CrossThreadState())
     /// The connection while other threads may send on it: set once it is up, cleared (waiting
     /// for a send in progress) before it closes.
     let direct = Mutex(DirectConnection(raw: nil))

@@ -123,7 +123,7 @@ final class FallbackSession: RecognitionSession {
     private let logger: Logger
     private let state = Mutex(State())
     /// The link went down or came back, or the session is finishing: the watch looks again.
-    private let linkChanged = Wakeup()
+    private let linkChanged = TaskWakeup()
 
     init(
         options: SessionOptions, fallback: any Recognizer, after: Duration, events: any RecognitionEventSink,

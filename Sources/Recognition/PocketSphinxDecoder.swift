@@ -94,7 +94,7 @@ final class PocketSphinxEngine: Sendable {
         }
     }
 
-    let queue: JobQueue<Job>
+    let queue: WeightBoundedQueue<Job>
     let logger: Logger
     /// The session that owns the decoder, from ``begin(interimResults:servedTo:events:)`` until
     /// it has ended, and whom it serves.
@@ -102,7 +102,7 @@ final class PocketSphinxEngine: Sendable {
 
     init(maxQueuedSamples: Int, logger: Logger) {
         self.logger = logger
-        let queue = JobQueue<Job>(capacity: maxQueuedSamples)
+        let queue = WeightBoundedQueue<Job>(capacity: maxQueuedSamples)
         self.queue = queue
         let thread = Thread { PocketSphinxDecodeLoop(queue: queue).run() }
         thread.name = "pocketsphinx"
@@ -155,7 +155,7 @@ final class PocketSphinxEngine: Sendable {
 
 /// Runs decoder jobs on the decoder thread.
 private final class PocketSphinxDecodeLoop {
-    let queue: JobQueue<PocketSphinxEngine.Job>
+    let queue: WeightBoundedQueue<PocketSphinxEngine.Job>
     var decoder: SphinxDecoder?
     var current: PocketSphinxSession?
     var utteranceStarted = false
@@ -171,7 +171,7 @@ private final class PocketSphinxDecodeLoop {
     /// Received samples short of a whole block.
     var pending: [Int16] = []
 
-    init(queue: JobQueue<PocketSphinxEngine.Job>) { self.queue = queue }
+    init(queue: WeightBoundedQueue<PocketSphinxEngine.Job>) { self.queue = queue }
 
     func run() {
         while let job = queue.pop() {

@@ -30,7 +30,7 @@ final class SessionRun: Sendable {
     private let audioDirectory: String?
     private let logger: Logger
 
-    private struct Links {
+    private struct OpenStreams {
         var capture: (any MicrophoneStream)?
         var recognition: (any RecognitionSession)?
         /// Set by the first close; later capture reopenings are refused.
@@ -38,7 +38,7 @@ final class SessionRun: Sendable {
         /// Closed without a flush: the recognizer is not asked for a last final.
         var cancelled = false
     }
-    private let links = Mutex(Links())
+    private let links = Mutex(OpenStreams())
     /// Open while this run is the core's session: its level readings go out only then.
     let levels = LevelGate()
 
@@ -87,16 +87,16 @@ final class SessionRun: Sendable {
     }
 
     func run() async {
-        let inbox = CoreInbox(core: core, run: self)
+        let reports = SessionReportQueue(core: core, run: self)
         let recognition: any RecognitionSession
         do {
-            recognition = try await recognizer.startSession(options, events: inbox)
+            recognition = try await recognizer.startSession(options, events: reports)
         } catch {
             return await core.openFailed(self, .recognizer(error))
         }
         let recording = startRecording()
         defer { recording?.close() }
-        let tap = AudioTap(recognition: recognition, inbox: inbox, recording: recording)
+        let tap = AudioTap(recognition: recognition, reports: reports, recording: recording)
         let capture: any MicrophoneStream
         do {
             capture = try await microphone.open(source: source, mediaName: mediaName, deliver: tap.deliver)
@@ -228,10 +228,10 @@ final class SessionRun: Sendable {
 /// Where a session's recognizer and capture threads hand their reports to the core: one enqueue
 /// onto the core's loop each, no task, in order.
 ///
-/// Bounded: at most ``SpeechCore/inboxBound`` reports may wait. Level readings are skipped past
+/// Bounded: at most ``SpeechCore/reportQueueBound`` reports may wait. Level readings are skipped past
 /// half of that (a meter can miss a reading); when results or state changes would exceed it, the
 /// session fails with a clear `SessionFailed` instead, and the finals so far are kept.
-final class CoreInbox: RecognitionEventSink {
+final class SessionReportQueue: RecognitionEventSink {
     private let core: SpeechCore
     private let run: SessionRun
     private let waiting = Atomic<Int>(0)
@@ -263,10 +263,10 @@ final class CoreInbox: RecognitionEventSink {
 
     /// Hands `report` to the core within the bound; past it the session fails, once.
     private func enqueue(_ report: @escaping @Sendable (isolated SpeechCore) -> Void) {
-        guard waiting.wrappingAdd(1, ordering: .relaxed).newValue <= SpeechCore.inboxBound else {
+        guard waiting.wrappingAdd(1, ordering: .relaxed).newValue <= SpeechCore.reportQueueBound else {
             waiting.wrappingSubtract(1, ordering: .relaxed)
             guard !overflowed.exchange(true, ordering: .relaxed) else { return }
-            core.submit { [run] in $0.inboxOverflowed(run) }
+            core.submit { [run] in $0.reportQueueOverflowed(run) }
             return
         }
         core.submit { [self] core in
@@ -301,21 +301,21 @@ final class LevelGate: Sendable {
 /// level meter, the voice detector and the debug recording. Nothing here waits.
 final class AudioTap: Sendable {
     private let recognition: any RecognitionSession
-    private let inbox: CoreInbox
+    private let reports: SessionReportQueue
     private let recording: AudioRecording?
     private let meter = Mutex(LevelMeter())
     private let voice = Mutex(VoiceDetector())
 
-    init(recognition: any RecognitionSession, inbox: CoreInbox, recording: AudioRecording?) {
+    init(recognition: any RecognitionSession, reports: SessionReportQueue, recording: AudioRecording?) {
         self.recognition = recognition
-        self.inbox = inbox
+        self.reports = reports
         self.recording = recording
     }
 
     @Sendable func deliver(_ chunk: AudioChunk) {
         recording?.append(chunk)
         recognition.send(chunk)
-        if let level = meter.withLock({ $0.add(chunk) }) { inbox.deliverLevel(level) }
-        if let change = voice.withLock({ $0.add(chunk) }) { inbox.deliverVoice(change) }
+        if let level = meter.withLock({ $0.add(chunk) }) { reports.deliverLevel(level) }
+        if let change = voice.withLock({ $0.add(chunk) }) { reports.deliverVoice(change) }
     }
 }

@@ -107,12 +107,12 @@ extension SpeechCore {
     }
 
     /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
-    func inboxOverflowed(_ run: SessionRun) {
+    func reportQueueOverflowed(_ run: SessionRun) {
         guard session?.run === run else { return }
         logger.error(
-            "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.inboxBound)"])
+            "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.reportQueueBound)"])
         session?.failure = SpeechError.internal(
-            "sttd fell more than \(Self.inboxBound) results behind the recognizer (the computer is too busy); the session stopped. What was recognized before is kept."
+            "sttd fell more than \(Self.reportQueueBound) results behind the recognizer (the computer is too busy); the session stopped. What was recognized before is kept."
         )
         run.close(flush: false)
     }

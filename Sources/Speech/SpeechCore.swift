@@ -59,7 +59,7 @@ public actor SpeechCore {
     /// Events from recognizer and capture threads not yet taken by the core, per session. Past
     /// this the session fails (`SessionFailed`) rather than queue without bound. Level readings
     /// do not pass through it (the capture thread publishes them).
-    public static let inboxBound = 1024
+    public static let reportQueueBound = 1024
 
     /// The event loop the core runs on.
     public nonisolated let loop: any EventLoop

@@ -365,7 +365,7 @@ struct SpeechCoreTests {
         }
     }
 
-    /// Bounded hand-off: a core that falls more than `inboxBound` reports behind its recognizer
+    /// Bounded hand-off: a core that falls more than `reportQueueBound` reports behind its recognizer
     /// ends the session with a clear failure instead of queueing without bound; finals stay.
     @Test func aRecognizerThatFloodsTheCoreFailsTheSessionAndKeepsTheFinals() async throws {
         let harness = try await CoreHarness()
@@ -375,7 +375,7 @@ struct SpeechCoreTests {
             await harness.log.wait { $0.contains(.transcript("kept", update: .init(segment: "kept", isFinal: true))) }
             let blocked = DispatchSemaphore(value: 0)
             harness.core.submit { _ in blocked.wait() }
-            for index in 0...SpeechCore.inboxBound + 10 { session.interim("word \(index)") }
+            for index in 0...SpeechCore.reportQueueBound + 10 { session.interim("word \(index)") }
             blocked.signal()
             #expect(await harness.log.waitForFailure())
             let failure = try #require(harness.log.failures.first)

@@ -25,9 +25,9 @@ final class DeepgramSession: HandOverSession {
     private let logger: Logger
     private let connect: Connect
     /// Audio is waiting for the pacer: the drain has work.
-    private let drainWakeup = Wakeup()
+    private let drainWakeup = TaskWakeup()
     /// The session was cancelled or failed outside ``run()``'s tasks; latched.
-    private let stopped = Wakeup(latching: true)
+    private let stopped = TaskWakeup(latching: true)
 
     private struct State {
         var ledger: StreamLedger

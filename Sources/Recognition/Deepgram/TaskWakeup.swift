@@ -4,7 +4,7 @@ import Synchronization
 ///
 /// A call made while nobody waits is kept for the next ``wait()``: once, or for good when
 /// `latching` (a stop signal every later wait must see).
-final class Wakeup: Sendable {
+final class TaskWakeup: Sendable {
     private struct State {
         var pending = false
         var waiter: CheckedContinuation<Void, Never>?

@@ -6,7 +6,7 @@ import Synchronization
 /// Each job has a weight (for the decoder: samples of audio; 0 for control jobs). A push that
 /// would take the queued weight past `capacity` is refused and queues nothing; a weightless push
 /// is always taken, so control jobs get through however far behind the worker is.
-final class JobQueue<Job: Sendable>: Sendable {
+final class WeightBoundedQueue<Job: Sendable>: Sendable {
     let capacity: Int
     // A counting semaphore: one signal per push or close; a spare signal only costs a spurious wake-up.
     private let wakeUp = DispatchSemaphore(value: 0)
