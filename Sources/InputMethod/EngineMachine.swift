@@ -96,7 +96,8 @@ public struct EngineMachine: Sendable {
             engines[path] = nil
             loseFocus(path)
         case .enabled(let path):
-            engines[path, default: Engine()].enabled = true
+            // Only engines ibus-daemon created and has not destroyed: a late call cannot revive one.
+            engines[path]?.enabled = true
         case .disabled(let path):
             engines[path]?.enabled = false
             loseFocus(path)

@@ -37,6 +37,13 @@ import Testing
         #expect(machine.handle(.disabled(path: Self.field)) == [.report(InputMethodState())])
     }
 
+    @Test func aDestroyedEngineStaysGone() {
+        var machine = Self.focusedMachine()
+        _ = machine.handle(.destroyed(path: Self.field))
+        _ = machine.handle(.enabled(path: Self.field))
+        #expect(machine.state == InputMethodState(), "a late Enable does not revive it")
+    }
+
     @Test func theDesktopIsNoField() {
         var machine = EngineMachine()
         _ = machine.handle(.created(path: Self.field))

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import Synchronization
 
 /// A headless GNOME Shell (Wayland, `gnome-shell --headless --wayland --no-x11 --virtual-monitor`)
 /// in one sttd's session, as a GNOME login has it: gnome-shell shares sttd's session bus, home,
@@ -18,7 +19,7 @@ import Foundation
 /// Dictation input source (Super+Space does it on a desktop) and activates a window, as a
 /// click on it would (mutter does not focus a new window that no user input led to).
 public final class GnomeDesktop: @unchecked Sendable {
-    // Safety: immutable after init except `closed`, guarded by `closeLock`.
+    // Safety: immutable after init; `closed` is atomic.
     /// The Wayland display's name; sttd's environment names it too (``sttdEnvironment``).
     public static let display = "wayland-sttd"
 
@@ -37,8 +38,7 @@ public final class GnomeDesktop: @unchecked Sendable {
     private let logind: ChildProcess
     private let shell: ChildProcess
     private let connection: DBusConnection
-    private let closeLock = NSLock()
-    private var closed = false
+    private let closed = Atomic<Bool>(false)
 
     static let engine = "sttd"
     static let extensionID = "sttd-test@sttd.github.io"
@@ -250,11 +250,7 @@ public final class GnomeDesktop: @unchecked Sendable {
 
     /// Stops gnome-shell (and so ibus-daemon and its engine), the logind stand-in and the system bus.
     public func close() {
-        let wasClosed = closeLock.withLock {
-            defer { closed = true }
-            return closed
-        }
-        guard !wasClosed else { return }
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         // ibus-daemon (gnome-shell's child) would outlive it until the session bus goes.
         let children = childProcesses(of: shell.pid)
         shell.stop(grace: 5)

@@ -6,13 +6,12 @@ import Synchronization
 /// engine and the GTK windows share sttd's session bus and config folder. Holds the X11 desktop
 /// until ``close()``.
 public final class IBusDesktop: @unchecked Sendable {
-    // Safety: immutable after init except `closed`, guarded by `closeLock`.
+    // Safety: immutable after init; `closed` is atomic.
     /// What a GTK client needs: DISPLAY, the ibus-daemon's config folder, GTK_IM_MODULE=ibus.
     public let environment: [String: String]
     private let directory: String
     private let daemon: ChildProcess
-    private let closeLock = NSLock()
-    private var closed = false
+    private let closed = Atomic<Bool>(false)
     private let fields = Mutex<[IBusField]>([])
 
     /// Starts ibus-daemon for `sttd` and selects the `sttd` engine. Fails loudly when a part is missing.
@@ -90,11 +89,7 @@ public final class IBusDesktop: @unchecked Sendable {
 
     /// Stops ibus-daemon (and so its engine) and lets the next test have the desktop.
     public func close() {
-        let wasClosed = closeLock.withLock {
-            defer { closed = true }
-            return closed
-        }
-        guard !wasClosed else { return }
+        guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         for field in fields.withLock({ $0 }) { field.close() }
         daemon.stop(grace: 2)
         try? FileManager.default.removeItem(atPath: directory)
