@@ -64,9 +64,9 @@ extension Integration {
 
         /// Nothing listens at the URL: the start succeeds on the offline engine.
         @Test func anUnreachableServerStartsOffline() async throws {
-            let closed = try await DeepgramTestServer()
-            let url = closed.url()
-            closed.stop()
+            let refusing = try RefusingPort()
+            defer { withExtendedLifetime(refusing) {} }  // held: nobody else gets the port meanwhile
+            let url = refusing.url
             let sttd = try await SttdFixture(
                 config: Self.config(url: url) + "fallback_after_ms = 1000\n", environment: ["STTD_API_KEY": "k-123"])
             let recorder = try await sttd.record()
@@ -109,9 +109,9 @@ extension Integration {
 
         /// `fallback = "none"`: today's failure.
         @Test func fallbackNoneFailsAsBefore() async throws {
-            let closed = try await DeepgramTestServer()
-            let url = closed.url()
-            closed.stop()
+            let refusing = try RefusingPort()
+            defer { withExtendedLifetime(refusing) {} }  // held: nobody else gets the port meanwhile
+            let url = refusing.url
             let sttd = try await SttdFixture(
                 config: Self.config(url: url, fallback: "none"), environment: ["STTD_API_KEY": "k-123"])
             let error = await #expect(throws: DBusError.self) {

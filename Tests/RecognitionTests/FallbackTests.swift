@@ -96,9 +96,9 @@ struct FallbackTests {
     /// Nothing listens at the URL: the session runs on the offline engine from its first sample,
     /// and says so before any result.
     @Test func anUnreachableServerAtTheStartRunsTheSessionOffline() async throws {
-        let closed = try await DeepgramTestServer()
-        let url = closed.url()
-        closed.stop()
+        let refusing = try RefusingPort()
+        defer { withExtendedLifetime(refusing) {} }  // held: nobody else gets the port meanwhile
+        let url = refusing.url
         let offline = try offline()
         let collector = try await dictate(fallback(url: url, offline: offline), finishEarly: true)
         #expect(collector.events.value.first.map(isFallback) == true, "\(collector.events.value.prefix(2))")
