@@ -47,7 +47,7 @@ public struct SpeechClient: Sendable {
     public func property<Value>(_ property: SpeechProperty<Value>) async throws -> Value? {
         let reply = try await call(
             "Get", [.string(Self.interface), .string(property.name)], interface: "org.freedesktop.DBus.Properties")
-        return reply.first?.variantValue.flatMap(Value.init(dbusValue:))
+        return reply.first?.variantValue.flatMap { try? Value(dbusValue: $0) }
     }
 
     /// Every property, in the service's order.

@@ -10,33 +10,20 @@ public struct DBusError: Error, Hashable, Sendable, CustomStringConvertible {
 
     public var description: String { "\(name): \(message)" }
 
-    public static func invalidArgs(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.InvalidArgs", message: message)
+    /// `org.freedesktop.DBus.Error.<kind>` with `message`.
+    static func standard(_ kind: String, _ message: String) -> DBusError {
+        DBusError(name: "org.freedesktop.DBus.Error." + kind, message: message)
     }
-    public static func failed(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.Failed", message: message)
-    }
-    public static func unknownMethod(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.UnknownMethod", message: message)
-    }
-    public static func unknownInterface(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.UnknownInterface", message: message)
-    }
-    public static func unknownObject(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.UnknownObject", message: message)
-    }
-    public static func unknownProperty(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.UnknownProperty", message: message)
-    }
-    public static func propertyReadOnly(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.PropertyReadOnly", message: message)
-    }
-    public static func disconnected(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.Disconnected", message: message)
-    }
-    public static func noReply(_ message: String) -> DBusError {
-        DBusError(name: "org.freedesktop.DBus.Error.NoReply", message: message)
-    }
+    public static func invalidArgs(_ message: String) -> DBusError { standard("InvalidArgs", message) }
+    public static func failed(_ message: String) -> DBusError { standard("Failed", message) }
+    public static func unknownMethod(_ message: String) -> DBusError { standard("UnknownMethod", message) }
+    public static func unknownInterface(_ message: String) -> DBusError { standard("UnknownInterface", message) }
+    public static func unknownObject(_ message: String) -> DBusError { standard("UnknownObject", message) }
+    public static func unknownProperty(_ message: String) -> DBusError { standard("UnknownProperty", message) }
+    public static func propertyReadOnly(_ message: String) -> DBusError { standard("PropertyReadOnly", message) }
+    public static func disconnected(_ message: String) -> DBusError { standard("Disconnected", message) }
+    public static func noReply(_ message: String) -> DBusError { standard("NoReply", message) }
+    public static func limitsExceeded(_ message: String) -> DBusError { standard("LimitsExceeded", message) }
 
     /// Whether the error says that no process owns the called name (and none could be activated).
     public var isServiceMissing: Bool {

@@ -59,12 +59,20 @@ public struct DBusProperty: Sendable {
         case emits = "true", invalidates, const, none = "false"
     }
 
+    /// Reads a property whose value the service keeps itself. Runs on the connection's thread
+    /// and must not block.
+    public typealias Getter = @Sendable () -> DBusValue
+
     public var name: String
     public var type: DBusType
     public var initialValue: DBusValue
     public var changeSignal: ChangeSignal
     public var setter: Setter?
+    /// Set for a property the service keeps (the object stores no copy of it), nil for one the
+    /// object stores.
+    public var getter: Getter?
 
+    /// A property the object stores, starting at `initialValue`.
     public init(
         _ name: String, _ initialValue: DBusValue, changeSignal: ChangeSignal = .emits, setter: Setter? = nil
     ) {
@@ -73,6 +81,17 @@ public struct DBusProperty: Sendable {
         self.initialValue = initialValue
         self.changeSignal = changeSignal
         self.setter = setter
+    }
+
+    /// A property the service keeps: every read calls `getter`; a write calls `setter`, which
+    /// stores the value where the getter finds it, and emits `PropertiesChanged` if it changed.
+    public init(
+        _ name: String, _ type: DBusType, changeSignal: ChangeSignal = .emits, getter: @escaping Getter,
+        setter: Setter? = nil
+    ) {
+        self.init(name, getter(), changeSignal: changeSignal, setter: setter)
+        precondition(self.type == type, "\(name) is declared '\(type)' but reads '\(self.type)'")
+        self.getter = getter
     }
 
     var access: String { setter == nil ? "read" : "readwrite" }

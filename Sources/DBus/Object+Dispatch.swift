@@ -36,9 +36,7 @@ extension DBusObject {
         case true?: return
         case false?:
             return reply(to: call, loop, outputs: []).fail(
-                DBusError(
-                    name: "org.freedesktop.DBus.Error.LimitsExceeded",
-                    message: "too many calls are waiting for a decision about this caller"))
+                DBusError.limitsExceeded("too many calls are waiting for a decision about this caller"))
         case nil:
             ask(gate, access, call, loop)
         }
@@ -179,7 +177,9 @@ extension DBusObject {
             let reply = DBusReply(to: message.address, member: member, outputs: [.variant], loop: loop)
             let name = arguments[1].string ?? ""
             guard let found = lookUp(arguments[0].string ?? "", name, reply) else { return }
-            let stored = values.withLock { $0[found.interface]?[name] } ?? found.property.initialValue
+            let stored =
+                found.property.getter?() ?? values.withLock { $0[found.interface]?[name] }
+                ?? found.property.initialValue
             let access = DBusAccess(
                 sender: message.sender, interface: found.interface, member: name, kind: .getProperty)
             switch shown(stored, to: access) {
@@ -199,7 +199,7 @@ extension DBusObject {
             for property in interface.properties {
                 let access = DBusAccess(
                     sender: message.sender, interface: interface.name, member: property.name, kind: .getAllProperties)
-                switch shown(current[property.name] ?? property.initialValue, to: access) {
+                switch shown(property.getter?() ?? current[property.name] ?? property.initialValue, to: access) {
                 case .success(let value): shownValues.append((property.name, value))
                 case .failure(let error): return reply.fail(error)
                 }
@@ -217,6 +217,7 @@ extension DBusObject {
                 return reply.fail(
                     DBusError.invalidArgs("Property \(name) has type '\(found.property.type)', not '\(given)'"))
             }
+            let before = found.property.getter?()
             let stored: DBusValue
             do {
                 stored = try setter(value)
@@ -229,7 +230,11 @@ extension DBusObject {
                 return report(
                     "the setter of \(name) returned type '\(stored.type)', not '\(found.property.type)'")
             }
-            store([(name, stored)], interface: found.interface)
+            if found.property.getter == nil {
+                store([(name, stored)], interface: found.interface)
+            } else if stored != before {
+                announce([(name, stored)], interface: found.interface)
+            }
             reply.send([])
         case ("Get", _), ("GetAll", _), ("Set", _):
             let expected = ["Get": "ss", "GetAll": "s", "Set": "ssv"][member]!

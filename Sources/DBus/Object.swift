@@ -182,6 +182,7 @@ public final class DBusObject: Sendable {
             guard value.type == property.type else {
                 return "property \(name) has type '\(property.type)', not '\(value.type)'"
             }
+            guard property.getter == nil else { return "property \(name) is kept by the service, not the object" }
         }
         return nil
     }
@@ -201,25 +202,31 @@ public final class DBusObject: Sendable {
 
     /// Stores checked values and queues `PropertiesChanged` for those that changed.
     func store(_ changes: [(String, DBusValue)], interface owner: String, destination: String? = nil) {
-        guard let declaration = interfaces.first(where: { $0.name == owner }) else { return }
         values.withLock { values in
-            var changed: [(String, DBusValue)] = []
-            var invalidated: [String] = []
-            for (name, value) in changes where values[owner]?[name] != value {
-                values[owner]?[name] = value
-                switch declaration.properties.first(where: { $0.name == name })?.changeSignal {
-                case .emits?: changed.append((name, value))
-                case .invalidates?: invalidated.append(name)
-                default: break
-                }
-            }
-            guard !changed.isEmpty || !invalidated.isEmpty, let loop = loop.withLock({ $0 }),
-                let signal = try? OutgoingMessage.signal(
-                    path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
-                    arguments: [.string(owner), .vardict(changed), .strings(invalidated)], destination: destination)
-            else { return }
+            let changed = changes.filter { values[owner]?[$0.0] != $0.1 }
+            for (name, value) in changed { values[owner]?[name] = value }
             // Queued under the lock, so the signals leave in the order the values were stored.
-            loop.perform { $0.send(signal) }
+            announce(changed, interface: owner, destination: destination)
         }
+    }
+
+    /// Queues `PropertiesChanged` for values that changed, as each property's declaration says.
+    func announce(_ changes: [(String, DBusValue)], interface owner: String, destination: String? = nil) {
+        guard let declaration = interfaces.first(where: { $0.name == owner }) else { return }
+        var changed: [(String, DBusValue)] = []
+        var invalidated: [String] = []
+        for (name, value) in changes {
+            switch declaration.properties.first(where: { $0.name == name })?.changeSignal {
+            case .emits?: changed.append((name, value))
+            case .invalidates?: invalidated.append(name)
+            default: break
+            }
+        }
+        guard !changed.isEmpty || !invalidated.isEmpty, let loop = loop.withLock({ $0 }),
+            let signal = try? OutgoingMessage.signal(
+                path: path, interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged",
+                arguments: [.string(owner), .vardict(changed), .strings(invalidated)], destination: destination)
+        else { return }
+        loop.perform { $0.send(signal) }
     }
 }

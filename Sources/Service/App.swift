@@ -129,11 +129,7 @@ public enum SttdApp {
             timeout: .milliseconds(Int(configuration.consentTimeoutMilliseconds)), logger: logger)
         let adapter: SpeechBusAdapter
         do {
-            adapter = try SpeechBusAdapter(
-                core: core,
-                settings: SpeechSettings(
-                    backend: configuration.backend, language: configuration.language, source: configuration.source),
-                consent: consent, inputMethod: inputMethod, logger: logger)
+            adapter = try SpeechBusAdapter(core: core, consent: consent, inputMethod: inputMethod, logger: logger)
         } catch {
             connection.close()
             throw StartupError(
@@ -179,7 +175,10 @@ public enum SttdApp {
             .init(
                 service: BusService(connection: connection),
                 successTerminationBehavior: .gracefullyShutdownGroup,
-                failureTerminationBehavior: .gracefullyShutdownGroup)
+                failureTerminationBehavior: .gracefullyShutdownGroup),
+            // Shut down after everything but the bus: the core and consent have answered, and the
+            // replies still go out.
+            .init(service: MethodCallsService(adapter: adapter)),
         ]
         if configuration.notify {
             // Before the core: it is shut down after it, so the last "stopped" still goes out.

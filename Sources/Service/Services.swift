@@ -57,6 +57,16 @@ struct CoreService: Service {
     }
 }
 
+/// The bus's method calls in flight: at shutdown, waits until each is answered.
+struct MethodCallsService: Service {
+    let adapter: SpeechBusAdapter
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        await adapter.finish()
+    }
+}
+
 /// Per-app consent: decides sandboxed callers' calls until shutdown.
 struct ConsentService: Service {
     let consent: Consent

@@ -1,105 +1,149 @@
 import Capture
+import History
 import Recognition
 
-/// The core's calls for callers on other threads (replies come on the core's loop), and the same
-/// calls made at once for callers already on the core.
+/// The core's calls. Each runs its first step on the core at once, so calls take effect in the
+/// order they reach the core; those that wait (for the finals, a probe) then suspend.
+///
+/// A caller is a ``SessionClient``: a host caller acts on any session; a sandboxed app only on a
+/// session it started, and gets `Busy` while another's runs (it never sees another's text).
 extension SpeechCore {
-    // MARK: Methods (callback forms, for callers on other threads; replies come on the core's loop)
-
-    /// Runs `body` on the core, after everything submitted before it.
+    /// Runs `body` on the core, after everything submitted before it: for callers on other
+    /// threads that must not wait (a recognizer's report, an app leaving the bus).
     public nonisolated func submit(_ body: @escaping @Sendable (isolated SpeechCore) -> Void) {
         loop.execute { self.assumeIsolated { body($0) } }
     }
 
-    public nonisolated func start(_ options: StartOptions, reply: @escaping @Sendable (SpeechError?) -> Void) {
-        submit { core in
-            core.call({ .start($0, options) }) { outcome, _ in
-                if case .error(let error) = outcome { reply(error) } else { reply(nil) }
-            }
+    /// `Busy` for an app whose call concerns another's running session.
+    public static let othersSession = SpeechError.busy(
+        "Another program's dictation session is running, and an app sees and controls only its own session. Try again once it has ended."
+    )
+
+    /// Starts a session for `options.client` (nil: the host).
+    public func start(_ options: StartOptions) async throws(SpeechError) {
+        _ = try standing(of: options.client)
+        let reply = await call { .start($0, options) }
+        if case .error(let error) = reply.outcome { throw error }
+    }
+
+    /// Stops and returns the transcript once every final is in.
+    public func stop() async -> String {
+        await call { .stop($0) }.transcript
+    }
+
+    /// ``stop()`` for `caller`: an app that started no session gets an empty transcript.
+    public func stop(by caller: SessionClient) async throws(SpeechError) -> String {
+        guard try standing(of: caller) == .owner else { return "" }
+        return await stop()
+    }
+
+    /// Starts if idle, stops if listening; returns whether it is now listening.
+    public func toggle(_ options: StartOptions) async throws(SpeechError) -> Bool {
+        _ = try standing(of: options.client)
+        switch await call({ .toggle($0, options) }).outcome {
+        case .error(let error): throw error
+        case .toggled(let listening): return listening
+        default: return false
         }
     }
 
-    /// Replies with the session's final transcript once every final is in.
-    public nonisolated func stop(reply: @escaping @Sendable (String) -> Void) {
-        submit { core in core.call({ .stop($0) }) { _, text in reply(text) } }
+    /// Ends the session without waiting for its last words.
+    public func cancel() async {
+        _ = await call { .cancel($0) }
     }
 
-    /// Replies with whether it is now listening.
-    public nonisolated func toggle(
-        _ options: StartOptions, reply: @escaping @Sendable (Result<Bool, SpeechError>) -> Void
-    ) {
-        submit { core in
-            core.call({ .toggle($0, options) }) { outcome, _ in
-                switch outcome {
-                case .error(let error): reply(.failure(error))
-                case .toggled(let listening): reply(.success(listening))
-                default: reply(.success(false))
-                }
+    /// ``cancel()`` for `caller`.
+    public func cancel(by caller: SessionClient) async throws(SpeechError) {
+        _ = try standing(of: caller)
+        await cancel()
+    }
+
+    /// ``resetTranscript()`` for `caller`: an app's own transcript (as it sees it) is empty
+    /// already when the last session was not its own.
+    public func resetTranscript(by caller: SessionClient) throws(SpeechError) {
+        guard try standing(of: caller) == .owner else { return }
+        resetTranscript()
+    }
+
+    /// Clears the transcript (and says so with an empty final update); listening goes on.
+    public func resetTranscript() {
+        transcript.reset()
+        showInterim("")
+        publish(.transcript("", update: TranscriptUpdate(segment: "", isFinal: true)))
+    }
+
+    /// Stops the session `destination`'s app started, if it runs: the app left the bus, and
+    /// nobody else may stop it. Returns whether one was running.
+    public func stopSession(startedBy destination: String) -> Bool {
+        guard lastClient?.privateDestination == destination, machine.state != .idle else { return false }
+        call({ .stop($0) }) { _, _ in }
+        return true
+    }
+
+    /// Probes the microphone and the recognizer now; returns the recognizer's status. Calls
+    /// made while a probe runs share its answer.
+    public func requestAuthorization() async -> RecognizerAuthorization {
+        await withCheckedContinuation { continuation in
+            authorizationWaiters.append(continuation)
+            guard authorizationWaiters.count == 1 else { return }
+            let queued = jobQueue.yield { [self] in
+                let status = await probeAuthorization()
+                await answerAuthorization(status)
             }
+            if case .terminated = queued { answerAuthorization(authorization) }  // shutting down
         }
     }
 
-    public nonisolated func cancel(reply: @escaping @Sendable () -> Void) {
-        submit { core in core.call({ .cancel($0) }) { _, _ in reply() } }
-    }
-
-    /// Probes the microphone and the recognizer now; replies with the recognizer's status.
-    public nonisolated func requestAuthorization(reply: @escaping @Sendable (RecognizerAuthorization) -> Void) {
-        submit { core in
-            core.authorizationWaiters.append(reply)
-            guard core.authorizationWaiters.count == 1 else { return }
-            core.jobQueue.yield { [core] in
-                let status = await core.probeAuthorization()
-                await core.answerAuthorization(status)
-            }
-        }
-    }
-
-    public nonisolated func sources(reply: @escaping @Sendable (Result<[AudioSource], SpeechError>) -> Void) {
-        submit { core in
-            core.sourceWaiters.append(reply)
-            guard core.sourceWaiters.count == 1 else { return }
-            core.jobQueue.yield { [core] in
+    /// The microphones; calls made while a listing runs share its answer.
+    public func sources() async throws(SpeechError) -> [AudioSource] {
+        let result = await withCheckedContinuation { continuation in
+            sourceWaiters.append(continuation)
+            guard sourceWaiters.count == 1 else { return }
+            let queued = jobQueue.yield { [self] in
                 let result: Result<[AudioSource], SpeechError>
                 do throws(CaptureError) {
-                    result = .success(try await core.microphone.sources())
+                    result = .success(try await microphone.sources())
                 } catch {
                     result = .failure(SpeechError(error))
-                    await core.setMicrophone(Self.microphoneStatus(for: error))
+                    await setMicrophone(Self.microphoneStatus(for: error))
                 }
-                await core.answerSources(result)
+                await answerSources(result)
             }
+            if case .terminated = queued { answerSources(.failure(.internal(Self.shuttingDown))) }
+        }
+        return try result.get()
+    }
+
+    /// Sessions with text, newest first (`limit` 0: all), in one query.
+    public func history(limit: Int) throws(SpeechError) -> [HistoryEntry] {
+        guard let history else { return [] }
+        do {
+            return try history.sessions(limit: limit)
+        } catch {
+            throw SpeechError.internal(error.description)
         }
     }
 
-    // MARK: Calls made at once, for callers already on the core
+    // MARK: Who may act
 
-    /// ``start(_:reply:)`` made at once, inside ``submit(_:)``: the bus adapter checks there who
-    /// owns the session, and the call it lets through must not queue behind later calls.
-    public func startNow(_ options: StartOptions, reply: @escaping @Sendable (SpeechError?) -> Void) {
-        call({ .start($0, options) }) { outcome, _ in
-            if case .error(let error) = outcome { reply(error) } else { reply(nil) }
+    enum Standing { case owner, bystander }
+
+    /// How `caller` stands to the current (or last) session: the host owns every session; an app
+    /// owns the one it started, may start one while none runs (a bystander), and is `Busy` while
+    /// another's runs.
+    func standing(of caller: SessionClient?) throws(SpeechError) -> Standing {
+        guard let destination = caller?.privateDestination else { return .owner }
+        if lastClient?.privateDestination == destination { return .owner }
+        if machine.state != .idle { throw Self.othersSession }
+        return .bystander
+    }
+
+    /// Makes a call of the machine and waits for its reply and the transcript at that moment.
+    func call(
+        _ makeEvent: (Machine.CallID) -> Machine.Event
+    ) async -> (outcome: Machine.Reply, transcript: String) {
+        await withCheckedContinuation { continuation in
+            call(makeEvent) { continuation.resume(returning: ($0, $1)) }
         }
-    }
-
-    /// ``stop(reply:)`` made at once (see ``startNow(_:reply:)``).
-    public func stopNow(reply: @escaping @Sendable (String) -> Void) {
-        call({ .stop($0) }) { _, text in reply(text) }
-    }
-
-    /// ``toggle(_:reply:)`` made at once (see ``startNow(_:reply:)``).
-    public func toggleNow(_ options: StartOptions, reply: @escaping @Sendable (Result<Bool, SpeechError>) -> Void) {
-        call({ .toggle($0, options) }) { outcome, _ in
-            switch outcome {
-            case .error(let error): reply(.failure(error))
-            case .toggled(let listening): reply(.success(listening))
-            default: reply(.success(false))
-            }
-        }
-    }
-
-    /// ``cancel(reply:)`` made at once (see ``startNow(_:reply:)``).
-    public func cancelNow(reply: @escaping @Sendable () -> Void) {
-        call({ .cancel($0) }) { _, _ in reply() }
     }
 }

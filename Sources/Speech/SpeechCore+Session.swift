@@ -218,6 +218,7 @@ extension SpeechCore {
     }
 
     func probeAuthorization() async -> RecognizerAuthorization {
+        let settings = settings
         do {
             try await microphone.probe(source: settings.source.isEmpty ? nil : settings.source)
             setMicrophone(.authorized)
@@ -232,13 +233,13 @@ extension SpeechCore {
     func answerAuthorization(_ status: RecognizerAuthorization) {
         let waiters = authorizationWaiters
         authorizationWaiters = []
-        for waiter in waiters { waiter(status) }
+        for waiter in waiters { waiter.resume(returning: status) }
     }
 
     func answerSources(_ result: Result<[AudioSource], SpeechError>) {
         let waiters = sourceWaiters
         sourceWaiters = []
-        for waiter in waiters { waiter(result) }
+        for waiter in waiters { waiter.resume(returning: result) }
     }
 
     static func microphoneStatus(for error: CaptureError) -> MicrophoneStatus {

@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Recognition
+import Synchronization
 
 /// The core's record of the running session.
 struct ActiveSession {
@@ -60,6 +61,7 @@ public actor SpeechCore {
     /// this the session fails (`SessionFailed`) rather than queue without bound. Level readings
     /// do not pass through it (the capture thread publishes them).
     public static let reportQueueBound = 1024
+    static let shuttingDown = "sttd is shutting down; start it again (`systemctl --user start sttd`)."
 
     /// The event loop the core runs on.
     public nonisolated let loop: any EventLoop
@@ -97,10 +99,11 @@ public actor SpeechCore {
     /// The running session's history row, if history is kept and the row could be written.
     var historyID: String?
     var lastPruned = ContinuousClock.now
-    var authorizationWaiters: [@Sendable (RecognizerAuthorization) -> Void] = []
-    var sourceWaiters: [@Sendable (Result<[AudioSource], SpeechError>) -> Void] = []
-
-    public private(set) var settings: SpeechSettings
+    var authorizationWaiters: [CheckedContinuation<RecognizerAuthorization, Never>] = []
+    var sourceWaiters: [CheckedContinuation<Result<[AudioSource], SpeechError>, Never>] = []
+    /// Who started the current (or last) session.
+    var lastClient: SessionClient?
+    nonisolated let sharedSettings: Mutex<SpeechSettings>
     public internal(set) var authorization = RecognizerAuthorization.notDetermined
     public internal(set) var microphoneStatus = MicrophoneStatus.notDetermined
     public internal(set) var lastError: SpeechError?
@@ -129,8 +132,9 @@ public actor SpeechCore {
         self.output = output
         self.logger = logger
         hub = EventHub(logger: logger)
-        settings = SpeechSettings(
-            backend: configuration.backend, language: configuration.language, source: configuration.source)
+        sharedSettings = Mutex(
+            SpeechSettings(
+                backend: configuration.backend, language: configuration.language, source: configuration.source))
         // A session, one authorization probe, one source listing and the model preload at most:
         // requests of the same kind share the one in flight.
         (jobs, jobQueue) = AsyncStream.makeStream()
@@ -201,64 +205,17 @@ public actor SpeechCore {
 
     func publish(_ event: SpeechEvent) { hub.publish(event) }
 
-    // MARK: Methods (async forms)
+    // MARK: Settings
 
-    public func start(_ options: StartOptions) async throws(SpeechError) {
-        let error = await withCheckedContinuation { continuation in
-            start(options) { continuation.resume(returning: $0) }
-        }
-        if let error { throw error }
-    }
-
-    /// Stops and returns the transcript once every final is in.
-    public func stop() async -> String {
-        await withCheckedContinuation { continuation in stop { continuation.resume(returning: $0) } }
-    }
-
-    /// Starts if idle, stops if listening; returns whether it is now listening.
-    public func toggle(_ options: StartOptions) async throws(SpeechError) -> Bool {
-        try await withCheckedContinuation { continuation in toggle(options) { continuation.resume(returning: $0) } }
-            .get()
-    }
-
-    public func cancel() async {
-        await withCheckedContinuation { continuation in cancel { continuation.resume() } }
-    }
-
-    public func requestAuthorization() async -> RecognizerAuthorization {
-        await withCheckedContinuation { continuation in requestAuthorization { continuation.resume(returning: $0) } }
-    }
-
-    public func sources() async throws(SpeechError) -> [AudioSource] {
-        try await withCheckedContinuation { continuation in sources { continuation.resume(returning: $0) } }.get()
-    }
-
-    /// Clears the transcript (and says so with an empty final update); listening goes on.
-    public func resetTranscript() {
-        transcript.reset()
-        showInterim("")
-        publish(.transcript("", update: TranscriptUpdate(segment: "", isFinal: true)))
-    }
+    /// What later starts fall back to; the bus's `Backend`, `Language` and `Source` properties
+    /// read and write them here, on the bus thread.
+    public nonisolated var settings: SpeechSettings { sharedSettings.withLock { $0 } }
 
     /// Changes what later starts fall back to.
-    public func update(_ settings: SpeechSettings) {
-        guard settings != self.settings else { return }
-        self.settings = settings
-        publish(.settings(settings))
-    }
+    public nonisolated func update(_ change: (inout SpeechSettings) -> Void) { sharedSettings.withLock { change(&$0) } }
 
     public var state: SessionState { machine.state }
     public var currentTranscript: String { transcript.text }
-
-    /// Sessions with text, newest first (`limit` 0: all), in one query.
-    public func history(limit: Int) throws(SpeechError) -> [HistoryEntry] {
-        guard let history else { return [] }
-        do {
-            return try history.sessions(limit: limit)
-        } catch {
-            throw SpeechError.internal(error.description)
-        }
-    }
 
     /// Answers once the core is free; the watchdog's proof of life.
     public func isResponsive() -> Bool { true }
@@ -315,7 +272,9 @@ public actor SpeechCore {
         transcript.reset()
         publish(.transcript("", update: nil))
         let client = options.client ?? SessionClient(name: "host")
+        lastClient = client
         publish(.client(client))
+        let settings = settings
         let backend = options.backend ?? settings.backend
         let source = options.source ?? settings.source
         let sessionOptions = SessionOptions(
@@ -333,7 +292,7 @@ public actor SpeechCore {
             run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil)
         if case .terminated = jobQueue.yield({ await run.run() }) {
             session = nil
-            handle(.openFailed(.internal("sttd is shutting down; start it again (`systemctl --user start sttd`).")))
+            handle(.openFailed(.internal(Self.shuttingDown)))
         }
     }
 

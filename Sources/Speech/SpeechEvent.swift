@@ -34,8 +34,6 @@ public enum SpeechEvent: Sendable, Equatable {
     case lastError(SpeechError?)
     case authorization(RecognizerAuthorization)
     case microphone(MicrophoneStatus)
-    /// The settings a start falls back to changed.
-    case settings(SpeechSettings)
     /// A session opened for this client; it lasts until the state is `idle` again.
     case client(SessionClient)
     /// The engine the running session uses (`ActiveBackend`); nil when no session runs.

@@ -70,25 +70,9 @@ public enum SpeechMethod: String, CaseIterable, Sendable {
     }
 }
 
-/// A value a property can hold, with its D-Bus type.
-public protocol SpeechPropertyValue: Sendable, Equatable {
-    static var dbusType: DBusType { get }
-    var dbusValue: DBusValue { get }
-    init?(dbusValue: DBusValue)
-}
-
-extension String: SpeechPropertyValue {
-    public static var dbusType: DBusType { .string }
-    public var dbusValue: DBusValue { .string(self) }
-    public init?(dbusValue: DBusValue) {
-        guard let string = dbusValue.string else { return nil }
-        self = string
-    }
-}
-
 /// A property of `io.github.sttd.Speech1`, typed by its value: `object.set(.state, "idle")`
 /// compiles, a misspelt name or a wrong type does not.
-public struct SpeechProperty<Value: SpeechPropertyValue>: Sendable {
+public struct SpeechProperty<Value: DBusRepresentable & Equatable>: Sendable {
     public let name: String
     public let isWritable: Bool
     public let changeSignal: DBusProperty.ChangeSignal
@@ -99,9 +83,22 @@ public struct SpeechProperty<Value: SpeechPropertyValue>: Sendable {
         self.changeSignal = changeSignal
     }
 
-    /// The declaration, with its first value and, if writable, the setter that checks new values.
-    public func declaration(initial: Value, setter: DBusProperty.Setter? = nil) -> DBusProperty {
-        DBusProperty(name, initial.dbusValue, changeSignal: changeSignal, setter: isWritable ? setter : nil)
+    /// The declaration of a property the object stores, with its first value.
+    public func declaration(initial: Value) -> DBusProperty {
+        DBusProperty(name, initial.dbusValue, changeSignal: changeSignal)
+    }
+
+    /// The declaration of a writable property the service keeps: `get` reads it, `set` checks a
+    /// client's value (an error is the reply) and stores it where `get` finds it.
+    public func declaration(
+        get: @escaping @Sendable () -> Value, set: @escaping @Sendable (Value) throws(DBusError) -> Void
+    ) -> DBusProperty {
+        DBusProperty(
+            name, Value.dbusType, changeSignal: changeSignal, getter: { get().dbusValue },
+            setter: { value in
+                try set(try Value(dbusValue: value))
+                return value
+            })
     }
 }
 
@@ -221,7 +218,7 @@ extension DBusObject {
 
     /// The current value of a property of the interface.
     public func value<Value>(of property: SpeechProperty<Value>) -> Value? {
-        self.property(property.name, interface: SpeechAPI.interface).flatMap(Value.init(dbusValue:))
+        self.property(property.name, interface: SpeechAPI.interface).flatMap { try? Value(dbusValue: $0) }
     }
 
     /// Emits a signal of the interface, to `destination` only if given. Level readings may be
@@ -236,29 +233,23 @@ extension DBusObject {
 
 extension SpeechAPI {
     /// The interface, declared once: methods from ``SpeechMethod``, properties from
-    /// ``SpeechProperty``, signals from ``SpeechSignal``. `serve` gives each method's handler,
-    /// `setter` checks writes of the writable properties; the settings are their first values.
+    /// ``SpeechProperty``, signals from ``SpeechSignal``. `method` gives each method with the code
+    /// serving it; `setting` declares the writable properties (`Backend`, `Language`, `Source`),
+    /// which the service keeps.
     public static func declaration(
-        backend: String, language: String, source: String,
-        serve: (SpeechMethod) -> DBusMethod.Handler,
-        setter: (SpeechProperty<String>) -> DBusProperty.Setter
+        method: (SpeechMethod) -> DBusMethod, setting: (SpeechProperty<String>) -> DBusProperty
     ) -> DBusInterface {
-        func writable(_ property: SpeechProperty<String>, _ initial: String) -> DBusProperty {
-            property.declaration(initial: initial, setter: setter(property))
-        }
-        return DBusInterface(
+        DBusInterface(
             name: interface,
-            methods: SpeechMethod.allCases.map {
-                DBusMethod($0.name, inputs: $0.inputs, outputs: $0.outputs, handler: serve($0))
-            },
+            methods: SpeechMethod.allCases.map(method),
             properties: [
                 SpeechProperty.state.declaration(initial: "idle"),
                 SpeechProperty.transcript.declaration(initial: ""),
                 SpeechProperty.authorizationStatus.declaration(initial: "notDetermined"),
                 SpeechProperty.microphoneStatus.declaration(initial: "notDetermined"),
-                writable(.backend, backend),
-                writable(.language, language),
-                writable(.source, source),
+                setting(.backend),
+                setting(.language),
+                setting(.source),
                 SpeechProperty.lastError.declaration(initial: ""),
                 SpeechProperty.version.declaration(initial: version),
                 SpeechProperty.activeClient.declaration(initial: ""),
@@ -271,16 +262,19 @@ extension SpeechAPI {
 
     /// The XML installed as `dbus/io.github.sttd.Speech1.xml`.
     public static var document: String {
-        let unserved: DBusMethod.Handler = { _, reply in reply.fail(DBusError.failed("not served")) }
+        let unserved = { (method: SpeechMethod) in
+            DBusMethod(method.name, inputs: method.inputs, outputs: method.outputs) { _, reply in
+                reply.fail(DBusError.failed("not served"))
+            }
+        }
         return Introspection.document([
-            declaration(
-                backend: "local", language: "en-US", source: "", serve: { _ in unserved }, setter: { _ in { $0 } })
+            declaration(method: unserved, setting: { $0.declaration(get: { "" }, set: { _ in }) })
         ])
     }
 }
 
 /// What the desktop's input method (`sttd-ibus`) tells sttd with `SetInputMethodState`.
-public struct InputMethodState: Sendable, Equatable {
+public struct InputMethodState: DBusRepresentable, Equatable {
     /// The `sttd` engine is the input method of some text field (the user chose "Dictation").
     public var active = false
     /// A text field using the engine has the keyboard focus (not the desktop background).
@@ -304,13 +298,15 @@ public struct InputMethodState: Sendable, Equatable {
         return secret ? "secret" : "focused"
     }
 
+    public static var dbusType: DBusType { .dictionary(key: .string, value: .variant) }
+
     /// The `a{sv}` argument of `SetInputMethodState`.
     public var dbusValue: DBusValue {
         .vardict([("active", .boolean(active)), ("focused", .boolean(focused)), ("secret", .boolean(secret))])
     }
 
     /// Parses the argument; an unknown key or a value that is not a boolean is `InvalidArgs`.
-    public init(parsing value: DBusValue) throws(DBusError) {
+    public init(dbusValue value: DBusValue) throws(DBusError) {
         guard let entries = value.stringVariantDictionary else {
             throw .invalidArgs("state must be a dictionary of type a{sv}")
         }

@@ -6,8 +6,8 @@ import Synchronization
 /// it: the session it started is its own; any other session (another app's or the host's) it may
 /// neither see nor control, and the text such a session left behind it never sees.
 ///
-/// Updated from the core's events, in their order on the core's executor; read there (by the
-/// handlers, together with the core's state) and on the bus thread (property reads).
+/// Updated from the core's events, in their order on the core's executor; read on the bus thread
+/// (property reads). The core itself decides which calls an app may make (see ``SessionClient``).
 final class SessionView: Sendable {
     private struct State {
         /// Who started the current session, or the last one (its transcript is still shown); nil
@@ -22,10 +22,6 @@ final class SessionView: Sendable {
         var transcript = ""
     }
     private let state = Mutex(State())
-
-    let busy = SpeechError.busy(
-        "Another program's dictation session is running, and an app sees and controls only its own session. Try again once it has ended."
-    )
 
     func note(_ event: SpeechEvent) {
         switch event {
@@ -52,18 +48,13 @@ final class SessionView: Sendable {
     /// Whether the current (or last) session is `sender`'s, a sandboxed app's.
     func isOwner(_ sender: String) -> Bool { state.withLock { $0.client?.privateDestination == sender } }
 
-    /// `Busy` for a sandboxed caller while a session not its own runs; nil to let the call through.
-    func refusal(for sender: String, listening: Bool) -> SpeechError? {
-        listening && !isOwner(sender) ? busy : nil
-    }
-
     /// The `Transcript` a sandboxed caller reads: its own session's text; while another session
     /// runs, `Busy` (an empty string in `GetAll`, which must still show the other properties);
     /// otherwise empty.
     func transcript(shownTo sender: String, reading kind: DBusAccess.Kind) -> Result<DBusValue, DBusError> {
         state.withLock { state in
             if state.client?.privateDestination == sender { return .success(.string(state.transcript)) }
-            if state.listening && kind == .getProperty { return .failure(busy.dbusError) }
+            if state.listening && kind == .getProperty { return .failure(SpeechCore.othersSession.dbusError) }
             return .success(.string(""))
         }
     }

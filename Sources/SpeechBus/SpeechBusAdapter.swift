@@ -15,10 +15,11 @@ extension SpeechError: DBusErrorRepresentable {
 
 /// The bus adapter: the only code that maps the speech core onto `io.github.sttd.Speech1`.
 ///
-/// Method calls arrive on the bus connection's thread and go to the core with one enqueue each, in
-/// the order they arrived; replies come back from the core's loop. The core's events become
-/// property changes and signals, queued for the bus thread. So a recognizer result crosses two
-/// thread boundaries on its way to `dbus_connection_send`: recognizer thread -> core loop -> bus thread.
+/// Method calls arrive on the bus connection's thread; each is decoded into a typed call of
+/// ``SpeechMethods``, which reaches the core in the order calls arrived and replies when the
+/// core answers. The core's events become property changes and signals, queued for the bus
+/// thread. So a recognizer result crosses two thread boundaries on its way to
+/// `dbus_connection_send`: recognizer thread -> core loop -> bus thread.
 ///
 /// A sandboxed caller sees and controls only the session it started (see ``SessionView``); host
 /// callers see and control every session.
@@ -27,47 +28,48 @@ public final class SpeechBusAdapter: Sendable {
     public let object: DBusObject
     let core: SpeechCore
     let view: SessionView
-    /// The settings the properties show. A settings event changes only the fields that changed:
-    /// the binding already holds a value a client just set, and an event of an earlier `Set`
-    /// (carrying the old value of another field) must not put the old value back for a moment.
-    let shownSettings: Mutex<SpeechSettings>
     let consent: Consent?
     let inputMethod: InputMethodRoute?
+    /// The method calls being served; ``finish()`` waits for them.
+    let tasks: DBusCallTasks
     let logger: Logger
 
-    /// Declares the object around a core; `settings` are the writable properties' first values.
-    /// With `consent`, its gate guards the interface, sessions are labelled with their app, and a
-    /// sandboxed app sees and controls only its own session. With `inputMethod`,
-    /// `SetInputMethodState` attaches the desktop's input method to it.
+    /// Declares the object around a core. With `consent`, its gate guards the interface, sessions
+    /// are labelled with their app, and a sandboxed app sees and controls only its own session.
+    /// With `inputMethod`, `SetInputMethodState` attaches the desktop's input method to it.
     public init(
-        core: SpeechCore, settings: SpeechSettings, consent: Consent? = nil, inputMethod: InputMethodRoute? = nil,
+        core: SpeechCore, consent: Consent? = nil, inputMethod: InputMethodRoute? = nil,
         logger: Logger = Logger(label: "sttd")
     ) throws(DBusError) {
         self.core = core
         self.consent = consent
         self.inputMethod = inputMethod
         self.logger = logger
-        shownSettings = Mutex(settings)
+        let tasks = DBusCallTasks()
+        self.tasks = tasks
         let view = SessionView()
         self.view = view
-        let interface = SpeechAPI.declaration(
-            backend: settings.backend.rawValue, language: settings.language, source: settings.source,
-            serve: { method in
-                Self.handler(for: method, core: core, consent: consent, view: view, inputMethod: inputMethod)
-            },
-            setter: { property in Self.setter(for: property, core: core) })
-        object = try DBusObject(path: SpeechAPI.objectPath, interfaces: [interface])
+        let calls = SpeechCalls(core: core, consent: consent, inputMethod: inputMethod)
+        object = try DBusObject(
+            path: SpeechAPI.objectPath,
+            interfaces: [
+                SpeechAPI.declaration(
+                    method: { calls.bridge($0, tasks: tasks) }, setting: { Self.setting($0, of: core) })
+            ])
         inputMethod?.attach(object)
         if let consent {
             object.install(gate: consent.gate)
             object.install { access, stored in
                 guard access.interface == SpeechAPI.interface, access.member == SpeechProperty.transcript.name,
-                    Self.isSandboxed(access.sender, consent)
+                    calls.isSandboxed(access.sender)
                 else { return .success(stored) }
                 return view.transcript(shownTo: access.sender, reading: access.kind)
             }
         }
     }
+
+    /// Waits for the calls in flight to be answered; later calls are refused.
+    public func finish() async { await tasks.finish() }
 
     /// Follows the core's events from now on; call before the core runs.
     public func attach() async {
@@ -79,15 +81,6 @@ public final class SpeechBusAdapter: Sendable {
                 if let owner = client.privateDestination { stopWhenGone(owner) }
             case .state(.idle):
                 object.set(.activeClient, "")
-            case .settings(let settings):
-                let before = shownSettings.withLock { shown in
-                    defer { shown = settings }
-                    return shown
-                }
-                if settings.backend != before.backend { object.set(.backend, settings.backend.rawValue) }
-                if settings.language != before.language { object.set(.language, settings.language) }
-                if settings.source != before.source { object.set(.source, settings.source) }
-                return
             default:
                 break
             }
@@ -118,12 +111,11 @@ public final class SpeechBusAdapter: Sendable {
     /// Stops the session of `owner`, who left the bus, as `StopTranscribing` would (its finals
     /// kept in history): nobody else may stop it, and the microphone must not stay on for nobody.
     func ownerLeft(_ owner: String) {
-        core.submit { [view, logger] core in
-            guard view.isOwner(owner), core.state != .idle else { return }
+        core.submit { [logger] core in
+            guard core.stopSession(startedBy: owner) else { return }
             logger.notice(
                 "the app whose session is running left the bus; stopping the session",
                 metadata: ["sender": "\(owner)"])
-            core.stopNow { _ in }
         }
     }
 
@@ -163,39 +155,29 @@ public final class SpeechBusAdapter: Sendable {
             object.set(.authorizationStatus, status.rawValue)
         case .microphone(let status):
             object.set(.microphoneStatus, status.rawValue)
-        case .settings(let settings):
-            object.set(.backend, settings.backend.rawValue)
-            object.set(.language, settings.language)
-            object.set(.source, settings.source)
         }
     }
 
-    // MARK: Property writes -> core settings
+    // MARK: Settings
 
-    /// Checks a write on the bus thread; the new value reaches the core before any later call.
-    static func setter(for property: SpeechProperty<String>, core: SpeechCore) -> DBusProperty.Setter {
-        let name = property.name
-        return { value in
-            let text = value.string ?? ""
-            let change: @Sendable (inout SpeechSettings) -> Void
-            switch name {
-            case SpeechProperty.backend.name:
+    /// `Backend`, `Language` or `Source`: kept by the core, read and checked on the bus thread,
+    /// so a start that arrives after a write uses the new value.
+    static func setting(_ property: SpeechProperty<String>, of core: SpeechCore) -> DBusProperty {
+        switch property.name {
+        case SpeechProperty.backend.name:
+            return property.declaration(get: { core.settings.backend.rawValue }) { text throws(DBusError) in
                 guard let backend = Backend(rawValue: text) else {
-                    throw DBusError.invalidArgs("Backend must be 'local' or 'deepgram', not '\(text)'")
+                    throw .invalidArgs("Backend must be 'local' or 'deepgram', not '\(text)'")
                 }
-                change = { $0.backend = backend }
-            case SpeechProperty.language.name:
+                core.update { $0.backend = backend }
+            }
+        case SpeechProperty.language.name:
+            return property.declaration(get: { core.settings.language }) { text throws(DBusError) in
                 let language = try StartOptions.language(text, what: "Language")
-                change = { $0.language = language }
-            default:
-                change = { $0.source = text }
+                core.update { $0.language = language }
             }
-            core.submit { core in
-                var settings = core.settings
-                change(&settings)
-                core.update(settings)
-            }
-            return value
+        default:
+            return property.declaration(get: { core.settings.source }) { text in core.update { $0.source = text } }
         }
     }
 }

@@ -6,7 +6,7 @@ extension StartOptions {
     static let known = ["backend", "language", "source", "interim_results", "keyterms", "auto_stop_ms", "output"]
 
     /// Parses and validates the `a{sv}` options; a bad key or value is `InvalidArgs` naming it.
-    public init(parsing value: DBusValue) throws(DBusError) {
+    public init(dbusValue value: DBusValue) throws(DBusError) {
         self.init()
         guard let entries = value.stringVariantDictionary else {
             throw .invalidArgs("options must be a dictionary of type a{sv}")

@@ -153,11 +153,11 @@ import Testing
 @Suite struct InputMethodPiecesTests {
     @Test func theStateArgumentIsCheckedKeyByKey() throws {
         let state = InputMethodState(active: true, focused: true, secret: false)
-        #expect(try InputMethodState(parsing: state.dbusValue) == state)
-        #expect(try InputMethodState(parsing: .vardict([])) == InputMethodState())
-        #expect(throws: DBusError.self) { try InputMethodState(parsing: .vardict([("focus", .boolean(true))])) }
-        #expect(throws: DBusError.self) { try InputMethodState(parsing: .vardict([("active", .string("yes"))])) }
-        #expect(throws: DBusError.self) { try InputMethodState(parsing: .string("active")) }
+        #expect(try InputMethodState(dbusValue: state.dbusValue) == state)
+        #expect(try InputMethodState(dbusValue: .vardict([])) == InputMethodState())
+        #expect(throws: DBusError.self) { try InputMethodState(dbusValue: .vardict([("focus", .boolean(true))])) }
+        #expect(throws: DBusError.self) { try InputMethodState(dbusValue: .vardict([("active", .string("yes"))])) }
+        #expect(throws: DBusError.self) { try InputMethodState(dbusValue: .string("active")) }
         #expect(InputMethodState(active: true, focused: true, secret: true).summary == "secret")
         #expect(InputMethodState(active: false, focused: true).summary == "")
     }

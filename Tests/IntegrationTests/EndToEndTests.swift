@@ -144,7 +144,7 @@ extension Integration {
             #expect(stop.status == 0)
             let spoken = stop.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(!spoken.isEmpty)
-            let followed = try await waitFor(timeout: .seconds(5)) {
+            let followed = await waitFor(timeout: .seconds(5)) {
                 watched().contains("{\"transcript\":\"\(spoken)\",\"segment\":")
             }
             #expect(followed, "the watcher saw the final transcript: \(watched())")

@@ -93,7 +93,7 @@ extension Integration {
             let reply = try await sttd.call("StopTranscribing").first?.string
             #expect(reply != nil)
             #expect(try await sttd.property("State") == .string("idle"))
-            let replaced = try await waitFor(timeout: .seconds(10)) { !workers().contains(worker) }
+            let replaced = await waitFor(timeout: .seconds(10)) { !workers().contains(worker) }
             #expect(replaced, "the stopped worker was killed: \(workers())")
 
             try await sttd.call("StartTranscribing", [.vardict([])])

@@ -7,7 +7,7 @@ import Testing
 struct StartOptionsTests {
     @Test func parsesEveryOption() throws {
         let options = try StartOptions(
-            parsing: .vardict([
+            dbusValue: .vardict([
                 ("backend", .string("deepgram")), ("language", .string("fr-FR")), ("source", .string("")),
                 ("interim_results", .boolean(false)), ("keyterms", .strings(["sttd", "D-Bus"])),
                 ("auto_stop_ms", .uint32(1500)), ("output", .string("clipboard")),
@@ -30,7 +30,7 @@ struct StartOptionsTests {
             .string("not a dict"),
         ]
         for value in cases {
-            let error = #expect(throws: DBusError.self) { try StartOptions(parsing: value) }
+            let error = #expect(throws: DBusError.self) { try StartOptions(dbusValue: value) }
             #expect(error?.name == "org.freedesktop.DBus.Error.InvalidArgs", "\(value)")
         }
     }

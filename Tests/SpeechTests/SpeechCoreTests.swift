@@ -58,12 +58,11 @@ struct CoreHarness {
     /// Stops and returns the transcript, or nil when no reply came within `limit` (a hang fails
     /// the test instead of stalling the suite).
     func stop(within limit: TimeAmount) async -> String? {
-        let waiter = Mutex<CheckedContinuation<String?, Never>?>(nil)
-        return await withCheckedContinuation { continuation in
-            waiter.withLock { $0 = continuation }
-            core.stop { text in waiter.withLock { $0.take() }?.resume(returning: text) }
-            core.loop.scheduleTask(in: limit) { waiter.withLock { $0.take() }?.resume(returning: nil) }
-        }
+        let (replies, reply) = AsyncStream.makeStream(of: String?.self)
+        Task.immediate { [core] in reply.yield(await core.stop()) }
+        core.loop.scheduleTask(in: limit) { reply.yield(nil) }
+        var first = replies.makeAsyncIterator()
+        return await first.next() ?? nil
     }
 
     /// The newest history entry's text.
@@ -163,9 +162,9 @@ struct SpeechCoreTests {
         try await harness.run {
             async let started: Void = harness.core.start(StartOptions())
             await harness.log.wait(for: .starting)
-            // The callback form queues the stop on the core before the next line runs.
+            // An immediate task queues the stop on the core before the next line runs.
             let (stopped, reply) = AsyncStream.makeStream(of: String.self)
-            harness.core.stop { reply.yield($0) }
+            Task.immediate { reply.yield(await harness.core.stop()) }
             #expect(await waitFor { harness.microphone.opensInFlight == 1 })
             harness.microphone.releaseOpens()
             try await started
@@ -181,10 +180,18 @@ struct SpeechCoreTests {
         harness.recognizer.finishHangs = true
         try await harness.run {
             let (first, _) = try await harness.start()
+            // Immediate tasks queue the stop and the start on the core in this order.
             let (stopped, reply) = AsyncStream.makeStream(of: String.self)
-            harness.core.stop { reply.yield($0) }
+            Task.immediate { reply.yield(await harness.core.stop()) }
             let (restarted, restartReply) = AsyncStream.makeStream(of: SpeechError?.self)
-            harness.core.start(StartOptions()) { restartReply.yield($0) }
+            Task.immediate {
+                do throws(SpeechError) {
+                    try await harness.core.start(StartOptions())
+                    restartReply.yield(nil)
+                } catch {
+                    restartReply.yield(error)
+                }
+            }
             await harness.log.wait(for: .stopping)
             first.cancel()  // the flush ends
             var stops = stopped.makeAsyncIterator()
@@ -402,7 +409,7 @@ struct SpeechCoreTests {
     @Test func settingsApplyToTheNextStart() async throws {
         let harness = try await CoreHarness()
         try await harness.run {
-            await harness.core.update(SpeechSettings(backend: .local, language: "fr-FR", source: ""))
+            harness.core.update { $0.language = "fr-FR" }
             let (session, _) = try await harness.start()
             #expect(session.options.language == "fr-FR")
             let (same, _) = try await harness.start(StartOptions(language: "de-DE"))

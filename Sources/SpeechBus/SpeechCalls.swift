@@ -1,0 +1,102 @@
+import Capture
+import DBus
+import History
+import Recognition
+import Speech
+import SpeechAPI
+
+/// The interface's methods, served by the core. Each call starts on the bus thread, in arrival
+/// order, and reaches the core with its first `await`; the core decides who may act on the
+/// session (see ``SessionClient``).
+struct SpeechCalls: SpeechMethods {
+    let core: SpeechCore
+    let consent: Consent?
+    let inputMethod: InputMethodRoute?
+
+    func startTranscribing(_ options: StartOptions, caller: String) async throws(SpeechError) {
+        try await core.start(startOptions(options, caller))
+    }
+
+    func stopTranscribing(caller: String) async throws(SpeechError) -> String {
+        try await core.stop(by: client(of: caller))
+    }
+
+    func cancelTranscribing(caller: String) async throws(SpeechError) {
+        try await core.cancel(by: client(of: caller))
+    }
+
+    func toggleTranscribing(_ options: StartOptions, caller: String) async throws(SpeechError) -> Bool {
+        try await core.toggle(startOptions(options, caller))
+    }
+
+    func resetTranscript(caller: String) async throws(SpeechError) {
+        try await core.resetTranscript(by: client(of: caller))
+    }
+
+    /// A sandboxed app learns its own status; once allowed, the service's.
+    func requestAuthorization(caller: String) async throws(SpeechError) -> RecognizerAuthorization {
+        if let consent, isSandboxed(caller), let status = await consent.status(of: caller), status != .authorized {
+            return status
+        }
+        return await core.requestAuthorization()
+    }
+
+    func listSources() async throws(SpeechError) -> [AudioSource] {
+        try await core.sources()
+    }
+
+    func getHistory(limit: UInt32) async throws(SpeechError) -> [HistoryEntry] {
+        try await core.history(limit: Int(limit))
+    }
+
+    func listAppConsent() async throws(SpeechError) -> [String: ConsentDecision] {
+        guard let consent else { return [:] }
+        do {
+            return try await consent.store.decisions()
+        } catch {
+            throw .internal("cannot read the consent decisions: \(error.message)")
+        }
+    }
+
+    func setAppConsent(_ app: AppID, _ choice: ConsentChoice) async throws(SpeechError) {
+        guard let consent else { throw .internal("per-app consent is not running in this sttd") }
+        do {
+            try await consent.store.set(choice.decision, for: app.id)
+        } catch {
+            throw .internal("cannot store the decision: \(error.message)")
+        }
+    }
+
+    func setInputMethodState(_ state: InputMethodState, caller: String) async throws(SpeechError) {
+        guard let inputMethod else { throw .internal("this sttd does not route text to an input method") }
+        inputMethod.update(from: caller, state)
+    }
+
+    // MARK: Who is calling
+
+    /// The options of a start by `caller`, the settings it falls back to taken now, as the call
+    /// arrives: a property written after it does not change it.
+    func startOptions(_ options: StartOptions, _ caller: String) -> StartOptions {
+        var options = options
+        let settings = core.settings
+        options.backend = options.backend ?? settings.backend
+        options.language = options.language ?? settings.language
+        options.source = options.source ?? settings.source
+        options.client = client(of: caller)
+        return options
+    }
+
+    /// Who is calling: a sandboxed app (its session then reports to it alone) or the host.
+    func client(of caller: String) -> SessionClient {
+        guard isSandboxed(caller) else { return SessionClient(name: SpeechAPI.hostClient) }
+        let name = consent?.identities.identity(of: caller)?.description ?? "unknown"
+        return SessionClient(name: name, privateDestination: caller)
+    }
+
+    /// Whether a caller gets a sandboxed app's view. The gate identified the caller before its
+    /// call got here; one no longer known (the cache is bounded) is not taken for the host.
+    func isSandboxed(_ caller: String) -> Bool {
+        guard let consent else { return false }
+        return consent.identities.identity(of: caller) != .host
+    }
+}
