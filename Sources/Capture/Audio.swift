@@ -9,8 +9,7 @@ public enum AudioFormat {
 
     /// Number of samples in a duration.
     public static func samples(in duration: Duration) -> Int {
-        let milliseconds = duration.components.seconds * 1000 + duration.components.attoseconds / 1_000_000_000_000_000
-        return Int(milliseconds) * sampleRate / 1000
+        Int(duration / .milliseconds(1)) * sampleRate / 1000
     }
 }
 

@@ -206,9 +206,7 @@ class PulseWorker: @unchecked Sendable {
                 if drainUntil == nil { drainUntil = now + pendingDrain.withLock { $0 } }
                 let remaining = now.duration(to: drainUntil!)
                 if remaining <= .zero { break }
-                timeout = Int32(
-                    clamping: remaining.components.attoseconds / 1_000_000_000_000 + remaining.components.seconds
-                        * 1_000_000)
+                timeout = Int32(clamping: Int64(remaining / .microseconds(1)))
             }
             if pa_mainloop_prepare(mainloop, timeout) < 0 { break }
             if pa_mainloop_poll(mainloop) < 0 { break }

@@ -54,20 +54,18 @@ struct HistoryCommand: AsyncParsableCommand {
         for entry in try HistoryReader.sessions(limit: limit, search: search) {
             let started = HistoryReader.date(entry.started)
             if json {
+                let end = entry.ended.map { JSONOutput.string(iso.string(from: HistoryReader.date($0))) }
                 print(
                     JSONOutput.object([
-                        ("id", JSONOutput.string(entry.id)),
-                        ("start", JSONOutput.string(iso.string(from: started))),
-                        ("start_us", "\(entry.started)"),
-                        (
-                            "end",
-                            entry.ended.map { JSONOutput.string(iso.string(from: HistoryReader.date($0))) } ?? "null"
-                        ),
-                        ("backend", JSONOutput.string(entry.backend)),
-                        ("language", JSONOutput.string(entry.language)),
-                        ("source", JSONOutput.string(entry.source)),
-                        ("text", JSONOutput.string(entry.text)),
-                    ]))
+                        ("id", .string(entry.id)),
+                        ("start", .string(iso.string(from: started))),
+                        ("start_us", .integer(entry.started)),
+                        ("end", end ?? .null),
+                        ("backend", .string(entry.backend)),
+                        ("language", .string(entry.language)),
+                        ("source", .string(entry.source)),
+                        ("text", .string(entry.text)),
+                    ]).line)
             } else {
                 print("\(local.string(from: started))  \(entry.text)")
             }

@@ -98,50 +98,64 @@ public struct SpeechClient: Sendable {
     }
 }
 
-/// Minimal JSON rendering of D-Bus values for `--json` output.
+/// A JSON value for `--json` output. Objects are written member by member, in order (the
+/// contract's `transcript`, `segment`, `is_final`), which `JSONEncoder`'s keyed containers do not
+/// keep; scalars are written by `JSONEncoder`, which escapes them.
 enum JSONOutput {
-    static func string(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
+    case string(String)
+    case bool(Bool)
+    case integer(Int64)
+    case unsigned(UInt64)
+    case number(Double)
+    case null
+    case array([JSONOutput])
+    case object([(String, JSONOutput)])
+
+    /// One line of JSON.
+    var line: String {
+        switch self {
+        case .object(let members):
+            "{" + members.map { Self.encoded($0.0) + ":" + $0.1.line }.joined(separator: ",") + "}"
+        case .array(let items): "[" + items.map(\.line).joined(separator: ",") + "]"
+        case .string(let text): Self.encoded(text)
+        case .bool(let flag): Self.encoded(flag)
+        case .integer(let number): Self.encoded(number)
+        case .unsigned(let number): Self.encoded(number)
+        case .number(let number): Self.encoded(number)
+        case .null: "null"
         }
-        return out + "\""
     }
 
-    static func object(_ members: [(String, String)]) -> String {
-        "{" + members.map { "\(string($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    private static func encoded(_ value: some Encodable) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        return (try? encoder.encode(value)).map { String(decoding: $0, as: UTF8.self) } ?? "null"
     }
 
-    static func value(_ value: DBusValue) -> String {
+    /// A D-Bus value as JSON: variants unwrapped, structures as arrays, non-finite numbers null.
+    init(_ value: DBusValue) {
         switch value {
-        case .string(let s), .objectPath(let s), .signature(let s): string(s)
-        case .boolean(let b): b ? "true" : "false"
-        case .byte(let n): "\(n)"
-        case .int16(let n): "\(n)"
-        case .uint16(let n): "\(n)"
-        case .int32(let n): "\(n)"
-        case .uint32(let n): "\(n)"
-        case .int64(let n): "\(n)"
-        case .uint64(let n): "\(n)"
-        case .double(let d): d.isFinite ? "\(d)" : "null"
-        case .variant(let inner): self.value(inner)
-        case .array(_, let items), .structure(let items): "[" + items.map(self.value).joined(separator: ",") + "]"
+        case .string(let s), .objectPath(let s), .signature(let s): self = .string(s)
+        case .boolean(let b): self = .bool(b)
+        case .byte(let n): self = .integer(Int64(n))
+        case .int16(let n): self = .integer(Int64(n))
+        case .uint16(let n): self = .integer(Int64(n))
+        case .int32(let n): self = .integer(Int64(n))
+        case .uint32(let n): self = .integer(Int64(n))
+        case .int64(let n): self = .integer(n)
+        case .uint64(let n): self = .unsigned(n)
+        case .double(let d): self = d.isFinite ? .number(d) : .null
+        case .variant(let inner): self.init(inner)
+        case .array(_, let items), .structure(let items): self = .array(items.map(JSONOutput.init))
         case .dictionary(_, _, let entries):
-            object(entries.map { ($0.key.string ?? "\($0.key)", self.value($0.value)) })
+            self = .object(entries.map { ($0.key.string ?? "\($0.key)", JSONOutput($0.value)) })
         }
     }
 
+    /// A value as `sttctl status` prints it without `--json`.
     static func plain(_ value: DBusValue) -> String {
         if case .string(let s) = value { return s }
         if case .variant(let inner) = value { return plain(inner) }
-        return self.value(value)
+        return JSONOutput(value).line
     }
 }

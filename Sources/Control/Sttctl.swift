@@ -156,7 +156,7 @@ struct Status: AsyncParsableCommand {
     func run() async throws {
         let properties = try await SpeechClient.connect().allProperties()
         if json {
-            print(JSONOutput.object(properties.map { ($0.0, JSONOutput.value($0.1)) }))
+            print(JSONOutput.object(properties.map { ($0.0, JSONOutput($0.1)) }).line)
         } else {
             for (name, value) in properties { print("\(name): \(JSONOutput.plain(value))") }
         }
@@ -186,10 +186,10 @@ struct Watch: AsyncParsableCommand {
             if json {
                 print(
                     JSONOutput.object([
-                        ("transcript", JSONOutput.string(update.transcript)),
-                        ("segment", JSONOutput.string(update.segment)),
-                        ("is_final", update.isFinal ? "true" : "false"),
-                    ]))
+                        ("transcript", .string(update.transcript)),
+                        ("segment", .string(update.segment)),
+                        ("is_final", .bool(update.isFinal)),
+                    ]).line)
             } else if update.isFinal {
                 if interactive { print("\r\u{1B}[K", terminator: "") }
                 if !update.segment.isEmpty { print(update.segment) }

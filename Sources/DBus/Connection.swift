@@ -87,11 +87,8 @@ public final class DBusConnection: Sendable {
     /// A call timeout in libdbus's milliseconds: sub-second parts kept, rounded up (0 would time out
     /// at once), at least 1 ms.
     static func milliseconds(_ timeout: Duration) -> Int32 {
-        let (seconds, attoseconds) = timeout.components
-        guard seconds >= 0, seconds < Int64(Int32.max / 1000) else { return seconds < 0 ? 1 : Int32.max }
-        let whole = seconds * 1000 + attoseconds / 1_000_000_000_000_000
-        let rest = attoseconds % 1_000_000_000_000_000
-        return Int32(max(1, whole + (rest > 0 ? 1 : 0)))
+        let milliseconds = (timeout / .milliseconds(1)).rounded(.up)
+        return milliseconds >= Double(Int32.max) ? Int32.max : max(1, Int32(clamping: Int64(milliseconds)))
     }
 
     /// Sends a signal (queued; returns at once).

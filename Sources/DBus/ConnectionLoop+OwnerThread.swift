@@ -271,12 +271,7 @@ extension ConnectionLoop {
         var waitMilliseconds: Int32 = -1
         if let earliest = enabledDeadlines.min() {
             let remaining = now.duration(to: earliest)
-            waitMilliseconds =
-                remaining <= .zero
-                ? 0
-                : Int32(
-                    clamping: remaining.components.seconds * 1000 + remaining.components.attoseconds
-                        / 1_000_000_000_000_000 + 1)
+            waitMilliseconds = remaining <= .zero ? 0 : Int32(clamping: Int64(remaining / .milliseconds(1)) + 1)
         }
         let count = poll(&fds, nfds_t(fds.count), waitMilliseconds)
         if count < 0 { return }  // EINTR: go round again

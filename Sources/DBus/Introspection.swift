@@ -6,41 +6,42 @@ public enum Introspection {
 
         """
 
-    static let standard = """
-          <interface name="org.freedesktop.DBus.Peer">
-            <method name="Ping"/>
-            <method name="GetMachineId">
-              <arg name="machine_uuid" type="s" direction="out"/>
-            </method>
-          </interface>
-          <interface name="org.freedesktop.DBus.Introspectable">
-            <method name="Introspect">
-              <arg name="xml_data" type="s" direction="out"/>
-            </method>
-          </interface>
-          <interface name="org.freedesktop.DBus.Properties">
-            <method name="Get">
-              <arg name="interface_name" type="s" direction="in"/>
-              <arg name="property_name" type="s" direction="in"/>
-              <arg name="value" type="v" direction="out"/>
-            </method>
-            <method name="GetAll">
-              <arg name="interface_name" type="s" direction="in"/>
-              <arg name="props" type="a{sv}" direction="out"/>
-            </method>
-            <method name="Set">
-              <arg name="interface_name" type="s" direction="in"/>
-              <arg name="property_name" type="s" direction="in"/>
-              <arg name="value" type="v" direction="in"/>
-            </method>
-            <signal name="PropertiesChanged">
-              <arg name="interface_name" type="s"/>
-              <arg name="changed_properties" type="a{sv}"/>
-              <arg name="invalidated_properties" type="as"/>
-            </signal>
-          </interface>
+    /// The standard interfaces every object serves (the connection answers their calls).
+    static let standardInterfaces: [DBusInterface] = {
+        let unused: DBusMethod.Handler = { _, reply in reply.fail(DBusError.failed("served by the connection")) }
+        func method(_ name: String, _ inputs: [String] = [], _ output: DBusArgument? = nil) -> DBusMethod {
+            DBusMethod(
+                name, inputs: inputs.map { DBusArgument($0, $0 == "value" ? .variant : .string) },
+                outputs: output.map { [$0] } ?? [], handler: unused)
+        }
+        return [
+            DBusInterface(
+                name: "org.freedesktop.DBus.Peer",
+                methods: [method("Ping"), method("GetMachineId", [], DBusArgument("machine_uuid", .string))]),
+            DBusInterface(
+                name: "org.freedesktop.DBus.Introspectable",
+                methods: [method("Introspect", [], DBusArgument("xml_data", .string))]),
+            DBusInterface(
+                name: "org.freedesktop.DBus.Properties",
+                methods: [
+                    method("Get", ["interface_name", "property_name"], DBusArgument("value", .variant)),
+                    method(
+                        "GetAll", ["interface_name"], DBusArgument("props", .dictionary(key: .string, value: .variant))),
+                    method("Set", ["interface_name", "property_name", "value"]),
+                ],
+                signals: [
+                    DBusSignal(
+                        "PropertiesChanged",
+                        arguments: [
+                            DBusArgument("interface_name", .string),
+                            DBusArgument("changed_properties", .dictionary(key: .string, value: .variant)),
+                            DBusArgument("invalidated_properties", .array(.string)),
+                        ])
+                ]),
+        ]
+    }()
 
-        """
+    static let standard = standardInterfaces.map { xml(for: $0) }.joined()
 
     /// The full document an object answers `Introspect` with.
     static func object(_ interfaces: [DBusInterface]) -> String {

@@ -134,19 +134,7 @@ public final class DBusObject: Sendable {
     // MARK: Checks against the declaration
 
     /// Signals of the standard interfaces an object may emit itself.
-    static let standardDeclarations = [
-        DBusInterface(
-            name: "org.freedesktop.DBus.Properties",
-            signals: [
-                DBusSignal(
-                    "PropertiesChanged",
-                    arguments: [
-                        DBusArgument("interface_name", .string),
-                        DBusArgument("changed_properties", .dictionary(key: .string, value: .variant)),
-                        DBusArgument("invalidated_properties", .array(.string)),
-                    ])
-            ])
-    ]
+    static let standardDeclarations = Introspection.standardInterfaces.filter { !$0.signals.isEmpty }
 
     /// What is wrong with emitting this signal, or nil if it matches its declaration.
     func check(signal name: String, interface: String? = nil, arguments: [DBusValue]) -> String? {

@@ -112,7 +112,8 @@ struct ListenStream {
                 group.addTask {
                     // Watchdog: Deepgram's NET-0001 after `idleTimeout` without audio or text.
                     while !Task.isCancelled {
-                        let deadline = clock.lastActivity.load(ordering: .relaxed) + UInt64(idleTimeout.nanoseconds)
+                        let deadline =
+                            clock.lastActivity.load(ordering: .relaxed) + UInt64(idleTimeout / .nanoseconds(1))
                         let now = NIODeadline.now().uptimeNanoseconds
                         if now >= deadline {
                             signal.yield(.idle)
@@ -131,7 +132,7 @@ struct ListenStream {
                 }
 
                 let seconds = { clock.seconds }
-                var machine = StreamMachine(idleTimeoutSeconds: idleTimeout.wholeSeconds)
+                var machine = StreamMachine(idleTimeoutSeconds: idleTimeout.components.seconds)
                 loop: for await event in signals {
                     if case .sessionEnded(let failure?) = event {
                         logger.error("listen stream: the session failed", metadata: ["error": "\(failure)"])
@@ -302,11 +303,4 @@ enum Frames {
             return samples
         }
     }
-}
-
-extension Duration {
-    var nanoseconds: Int64 {
-        components.seconds * 1_000_000_000 + components.attoseconds / 1_000_000_000
-    }
-    var wholeSeconds: Int64 { components.seconds }
 }

@@ -95,9 +95,7 @@ final class OutputEngine: Sendable {
     static let pasteSettle = Duration.milliseconds(150)
     static let clipboardTimeout = Duration.seconds(3)
 
-    static func seconds(_ duration: Duration) -> Double {
-        Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-    }
+    static func seconds(_ duration: Duration) -> Double { duration / .seconds(1) }
 
     private let environment: [String: String]
     private let override: TypingTool?

@@ -3,7 +3,8 @@ import Foundation
 /// One thread that runs jobs in order, with a bounded queue of waiting jobs.
 ///
 /// The thread starts with the first job and ends when the owner closes the worker and the queue
-/// is empty, so an idle, closed worker holds no thread.
+/// is empty, so an idle, closed worker holds no thread. Not `NIOThreadPool`: its threads live as
+/// long as the pool and its queue has no bound.
 final class SerialWorker: @unchecked Sendable {
     // Safety: `jobs`, `threadRunning` and `closed` are only touched with `condition` locked.
     private let condition = NSCondition()

@@ -19,6 +19,8 @@ struct ToolRun: Sendable {
 /// Runs tools with `sttd_spawn_fds`: no shell, an argv vector, data only on stdin, output into
 /// in-memory files (never pipes: wl-copy and xclip leave a child that holds them open for as long
 /// as it owns the clipboard), bounded in time. Blocks the calling thread: only the worker calls it.
+/// Not swift-subprocess: it collects output from pipes until EOF, which such a child holds open,
+/// and its API is async while typing runs in order on the output thread.
 struct ToolRunner: Sendable {
     let environment: [String: String]
 
@@ -64,8 +66,7 @@ struct ToolRunner: Sendable {
         }
 
         var raw: Int32 = 0
-        let milliseconds = Int32(
-            clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = Int32(clamping: Int64(timeout / .milliseconds(1)))
         if sttd_wait_child(pid, milliseconds, &raw) != 1 {
             kill(-pid, SIGKILL)
             kill(pid, SIGKILL)

@@ -1,4 +1,5 @@
 import Dispatch
+import NIOCore
 import Synchronization
 
 /// A FIFO of jobs for a thread that blocks until work arrives, bounded by the weight it holds.
@@ -18,10 +19,7 @@ final class WeightBoundedQueue<Job: Sendable>: Sendable {
     }
 
     private struct State {
-        /// Popped entries are nil (their audio freed at once) until the prefix is trimmed.
-        var entries: [Entry?] = []
-        /// Index of the next entry to pop, so that popping shifts nothing.
-        var head = 0
+        var entries = CircularBuffer<Entry>()
         var weight = 0
         var closed = false
     }
@@ -47,12 +45,11 @@ final class WeightBoundedQueue<Job: Sendable>: Sendable {
     /// Removes every queued job that matches, giving back its weight.
     func removeAll(where matches: (Job) -> Bool) {
         state.withLock { state in
-            var kept: [Entry?] = []
-            for case let entry? in state.entries[state.head...] {
+            var kept = CircularBuffer<Entry>(initialCapacity: state.entries.count)
+            for entry in state.entries {
                 if matches(entry.job) { state.weight -= entry.weight } else { kept.append(entry) }
             }
             state.entries = kept
-            state.head = 0
         }
     }
 
@@ -85,19 +82,8 @@ final class WeightBoundedQueue<Job: Sendable>: Sendable {
         }
         while true {
             let next = state.withLock { state -> (job: Job?, closed: Bool) in
-                guard state.head < state.entries.count else {
-                    state.entries.removeAll(keepingCapacity: true)
-                    state.head = 0
-                    return (nil, state.closed)
-                }
-                guard let entry = state.entries[state.head] else { preconditionFailure("unpopped entry is nil") }
-                state.entries[state.head] = nil
-                state.head += 1
+                guard let entry = state.entries.popFirst() else { return (nil, state.closed) }
                 state.weight -= entry.weight
-                if state.head >= 256 && state.head * 2 >= state.entries.count {
-                    state.entries.removeFirst(state.head)
-                    state.head = 0
-                }
                 return (entry.job, false)
             }
             if let job = next.job { return .job(job) }

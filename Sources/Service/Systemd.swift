@@ -6,7 +6,9 @@ import ServiceLifecycle
 import Speech
 import SpeechAPI
 
-/// `sd_notify` without libsystemd: one datagram per message to `$NOTIFY_SOCKET`.
+/// `sd_notify` without libsystemd: one datagram per message to `$NOTIFY_SOCKET`, a protocol
+/// systemd documents as stable for reimplementation; linking libsystemd for it would add a
+/// dependency to the package and nothing else.
 public struct SystemdNotifier: Sendable {
     private let socketPath: String?
 

@@ -5,7 +5,7 @@ import Recognition
 /// The core's calls. Each runs its first step on the core at once, so calls take effect in the
 /// order they reach the core; those that wait (for the finals, a probe) then suspend.
 ///
-/// A caller is a ``SessionClient``: a host caller acts on any session; a sandboxed app only on a
+/// A caller is a ``Caller``: a host caller acts on any session; a sandboxed app only on a
 /// session it started, and gets `Busy` while another's runs (it never sees another's text).
 extension SpeechCore {
     /// Runs `body` on the core, after everything submitted before it: for callers on other
@@ -19,9 +19,9 @@ extension SpeechCore {
         "Another program's dictation session is running, and an app sees and controls only its own session. Try again once it has ended."
     )
 
-    /// Starts a session for `options.client` (nil: the host).
+    /// Starts a session for `options.caller` (nil: the host).
     public func start(_ options: StartOptions) async throws(SpeechError) {
-        _ = try standing(of: options.client)
+        _ = try standing(of: options.caller)
         let reply = await call { .start($0, options) }
         if case .error(let error) = reply.outcome { throw error }
     }
@@ -32,14 +32,14 @@ extension SpeechCore {
     }
 
     /// ``stop()`` for `caller`: an app that started no session gets an empty transcript.
-    public func stop(by caller: SessionClient) async throws(SpeechError) -> String {
+    public func stop(by caller: Caller) async throws(SpeechError) -> String {
         guard try standing(of: caller) == .owner else { return "" }
         return await stop()
     }
 
     /// Starts if idle, stops if listening; returns whether it is now listening.
     public func toggle(_ options: StartOptions) async throws(SpeechError) -> Bool {
-        _ = try standing(of: options.client)
+        _ = try standing(of: options.caller)
         switch await call({ .toggle($0, options) }).outcome {
         case .error(let error): throw error
         case .toggled(let listening): return listening
@@ -53,14 +53,14 @@ extension SpeechCore {
     }
 
     /// ``cancel()`` for `caller`.
-    public func cancel(by caller: SessionClient) async throws(SpeechError) {
+    public func cancel(by caller: Caller) async throws(SpeechError) {
         _ = try standing(of: caller)
         await cancel()
     }
 
     /// ``resetTranscript()`` for `caller`: an app's own transcript (as it sees it) is empty
     /// already when the last session was not its own.
-    public func resetTranscript(by caller: SessionClient) throws(SpeechError) {
+    public func resetTranscript(by caller: Caller) throws(SpeechError) {
         guard try standing(of: caller) == .owner else { return }
         resetTranscript()
     }
@@ -75,7 +75,7 @@ extension SpeechCore {
     /// Stops the session `destination`'s app started, if it runs: the app left the bus, and
     /// nobody else may stop it. Returns whether one was running.
     public func stopSession(startedBy destination: String) -> Bool {
-        guard lastClient?.privateDestination == destination, machine.state != .idle else { return false }
+        guard sessionOwner?.privateDestination == destination, machine.state != .idle else { return false }
         call({ .stop($0) }) { _, _ in }
         return true
     }
@@ -131,9 +131,9 @@ extension SpeechCore {
     /// How `caller` stands to the current (or last) session: the host owns every session; an app
     /// owns the one it started, may start one while none runs (a bystander), and is `Busy` while
     /// another's runs.
-    func standing(of caller: SessionClient?) throws(SpeechError) -> Standing {
+    func standing(of caller: Caller?) throws(SpeechError) -> Standing {
         guard let destination = caller?.privateDestination else { return .owner }
-        if lastClient?.privateDestination == destination { return .owner }
+        if sessionOwner?.privateDestination == destination { return .owner }
         if machine.state != .idle { throw Self.othersSession }
         return .bystander
     }

@@ -4,7 +4,7 @@ import Recognition
 
 /// Finals kept in history as they arrive.
 extension SpeechCore {
-    func beginHistory(_ run: SessionRun, backend: Backend) {
+    func beginHistory(_ run: SessionPipeline, backend: Backend) {
         historyID = nil
         guard let history else { return }
         let id = UUID().uuidString.lowercased()

@@ -9,7 +9,7 @@ import Recognition
 extension SpeechCore {
     // MARK: Reports from the running session
 
-    func opened(_ run: SessionRun) {
+    func opened(_ run: SessionPipeline) {
         guard let current = session, current.run === run else { return }
         let fellBack = current.fellBack
         recognizerDown = false
@@ -32,7 +32,7 @@ extension SpeechCore {
         handle(.opened)
     }
 
-    func openFailed(_ run: SessionRun, _ failure: SessionRun.OpenFailure) {
+    func openFailed(_ run: SessionPipeline, _ failure: SessionPipeline.OpenFailure) {
         guard session?.run === run else { return }
         session = nil
         // Nothing was said: there is nothing to deliver, and the tools it started can go.
@@ -53,7 +53,7 @@ extension SpeechCore {
         handle(.openFailed(error))
     }
 
-    func received(_ event: RecognitionEvent, from run: SessionRun) {
+    func received(_ event: RecognitionEvent, from run: SessionPipeline) {
         guard let session, session.run === run else { return }
         switch event {
         case .result(let result):
@@ -91,7 +91,7 @@ extension SpeechCore {
     }
 
     /// The capture's own voice detector changed its mind.
-    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from run: SessionRun) {
+    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from run: SessionPipeline) {
         guard session?.run === run else { return }
         switch change {
         case .speech: autoStopHeardSpeech()
@@ -99,7 +99,7 @@ extension SpeechCore {
         }
     }
 
-    func microphoneLink(down: Bool, from run: SessionRun) {
+    func microphoneLink(down: Bool, from run: SessionPipeline) {
         guard session?.run === run else { return }
         microphoneDown = down
         setMicrophone(down ? .unavailable : .authorized)
@@ -107,7 +107,7 @@ extension SpeechCore {
     }
 
     /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
-    func reportQueueOverflowed(_ run: SessionRun) {
+    func reportQueueOverflowed(_ run: SessionPipeline) {
         guard session?.run === run else { return }
         logger.error(
             "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.reportQueueBound)"])
@@ -117,7 +117,7 @@ extension SpeechCore {
         run.close(flush: false)
     }
 
-    func ended(_ run: SessionRun, captureError: CaptureError?, recognitionError: RecognitionError?) {
+    func ended(_ run: SessionPipeline, captureError: CaptureError?, recognitionError: RecognitionError?) {
         guard let ending = session, ending.run === run else { return }
         let outcome: Machine.Event
         if let failure = ending.failure {
@@ -135,7 +135,7 @@ extension SpeechCore {
 
     /// Ends the core's side of a session: its text kept, history closed, desktop output done,
     /// then the machine hears `outcome`.
-    func conclude(_ ending: ActiveSession, outcome: Machine.Event) {
+    func conclude(_ ending: SessionRecord, outcome: Machine.Event) {
         stopTimer?.cancel()
         stopTimer = nil
         cancelAutoStop()

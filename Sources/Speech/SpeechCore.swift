@@ -8,8 +8,8 @@ import Recognition
 import Synchronization
 
 /// The core's record of the running session.
-struct ActiveSession {
-    let run: SessionRun
+struct SessionRecord {
+    let run: SessionPipeline
     /// Cancelled: the pending interim was dropped and a recognizer error is expected, not a failure.
     var cancelled = false
     /// Why the core itself ended the session, if it did.
@@ -73,7 +73,7 @@ public actor SpeechCore {
     let history: HistoryStore?
     let output: (any DictationOutput)?
     let logger: Logger
-    /// Thread-safe: level readings are published from the capture thread (see ``SessionRun/levels``).
+    /// Thread-safe: level readings are published from the capture thread (see ``SessionPipeline/levels``).
     nonisolated let hub: EventHub
     let jobs: AsyncStream<@Sendable () async -> Void>
     let jobQueue: AsyncStream<@Sendable () async -> Void>.Continuation
@@ -84,7 +84,7 @@ public actor SpeechCore {
     var transcript = Transcript()
     var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
     var nextCallID: Machine.CallID = 0
-    var session: ActiveSession? {
+    var session: SessionRecord? {
         // A run that is no longer the session publishes no more levels, before anything that follows.
         didSet { if let old = oldValue?.run, old !== session?.run { old.levels.close() } }
     }
@@ -102,7 +102,7 @@ public actor SpeechCore {
     var authorizationWaiters: [CheckedContinuation<RecognizerAuthorization, Never>] = []
     var sourceWaiters: [CheckedContinuation<Result<[AudioSource], SpeechError>, Never>] = []
     /// Who started the current (or last) session.
-    var lastClient: SessionClient?
+    var sessionOwner: Caller?
     nonisolated let sharedSettings: Mutex<SpeechSettings>
     public internal(set) var authorization = RecognizerAuthorization.notDetermined
     public internal(set) var microphoneStatus = MicrophoneStatus.notDetermined
@@ -271,16 +271,16 @@ public actor SpeechCore {
         }
         transcript.reset()
         publish(.transcript("", update: nil))
-        let client = options.client ?? SessionClient(name: "host")
-        lastClient = client
-        publish(.client(client))
+        let client = options.caller ?? Caller(name: "host")
+        sessionOwner = client
+        publish(.owner(client))
         let settings = settings
         let backend = options.backend ?? settings.backend
         let source = options.source ?? settings.source
         let sessionOptions = SessionOptions(
             language: options.language ?? settings.language,
             interimResults: options.interimResults ?? configuration.interimResults, keyterms: options.keyterms)
-        let run = SessionRun(
+        let run = SessionPipeline(
             token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: sessionOptions,
             recognizer: recognizers[backend], microphone: microphone, core: self,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger,
@@ -288,7 +288,7 @@ public actor SpeechCore {
                 ? PulseAudio.defaultMediaName : "\(PulseAudio.defaultMediaName) for \(client.name)",
             audioDirectory: configuration.debug.audioDirectory.isEmpty ? nil : configuration.debug.audioDirectory)
         let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
-        session = ActiveSession(
+        session = SessionRecord(
             run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil)
         if case .terminated = jobQueue.yield({ await run.run() }) {
             session = nil
@@ -296,7 +296,7 @@ public actor SpeechCore {
         }
     }
 
-    func armStopTimeout(for session: SessionRun) {
+    func armStopTimeout(for session: SessionPipeline) {
         stopTimer?.cancel()
         let token = session.token
         stopTimer = loop.scheduleTask(in: .milliseconds(Int64(configuration.stopTimeoutMilliseconds))) {

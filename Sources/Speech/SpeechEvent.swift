@@ -34,8 +34,8 @@ public enum SpeechEvent: Sendable, Equatable {
     case lastError(SpeechError?)
     case authorization(RecognizerAuthorization)
     case microphone(MicrophoneStatus)
-    /// A session opened for this client; it lasts until the state is `idle` again.
-    case client(SessionClient)
+    /// A session opened for this caller; it lasts until the state is `idle` again.
+    case owner(Caller)
     /// The engine the running session uses (`ActiveBackend`); nil when no session runs.
     case activeBackend(Backend?)
     /// The streaming backend was out of reach (this error says why) and the offline engine took

@@ -12,7 +12,7 @@ public struct StartOptions: Sendable, Equatable {
     /// Where finals go besides the bus.
     public var output: OutputMode?
     /// Who asked for the session (set by the bus adapter, never by a client's options).
-    public var client: SessionClient?
+    public var caller: Caller?
 
     public init(
         backend: Backend? = nil, language: String? = nil, source: String? = nil, interimResults: Bool? = nil,
@@ -45,7 +45,7 @@ public struct SpeechSettings: Sendable, Equatable {
 
 /// Who started a session: shown as `ActiveClient`, and a sandboxed app's session is reported to
 /// that app alone.
-public struct SessionClient: Sendable, Equatable {
+public struct Caller: Sendable, Equatable {
     /// The app id (a Flatpak or Snap id) or `host`.
     public var name: String
     /// Where a sandboxed app's session reports to (its unique bus name); nil for host callers,

@@ -70,8 +70,7 @@ extension Consent {
         } catch {
             return .unanswered("no desktop notifications to ask you with (\(error.message))")
         }
-        let milliseconds = Int32(
-            clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = Int32(clamping: Int64(timeout / .milliseconds(1)))
         let id: UInt32
         do {
             let reply = try await notifications(

@@ -7,12 +7,12 @@ import Synchronization
 /// neither see nor control, and the text such a session left behind it never sees.
 ///
 /// Updated from the core's events, in their order on the core's executor; read on the bus thread
-/// (property reads). The core itself decides which calls an app may make (see ``SessionClient``).
+/// (property reads). The core itself decides which calls an app may make (see ``Caller``).
 final class SessionView: Sendable {
     private struct State {
         /// Who started the current session, or the last one (its transcript is still shown); nil
         /// before the first.
-        var client: SessionClient?
+        var client: Caller?
         /// Where the running session's signals go: a sandboxed app's unique name, or nil to broadcast.
         var destination: String?
         /// A session is running (`State` is not `idle`).
@@ -25,7 +25,7 @@ final class SessionView: Sendable {
 
     func note(_ event: SpeechEvent) {
         switch event {
-        case .client(let client):
+        case .owner(let client):
             state.withLock {
                 $0.client = client
                 $0.destination = client.privateDestination

@@ -76,7 +76,7 @@ public final class SpeechBusAdapter: Sendable {
         await core.observe { [self] event in
             view.note(event)
             switch event {
-            case .client(let client):
+            case .owner(let client):
                 object.set(.activeClient, client.name)
                 if let owner = client.privateDestination { stopWhenGone(owner) }
             case .state(.idle):
@@ -141,7 +141,7 @@ public final class SpeechBusAdapter: Sendable {
             object.emit(.audioLevel(rmsDBFS: level), to: destination)
         case .sessionFailed(let error):
             object.emit(.sessionFailed(errorName: error.name, message: error.message), to: destination)
-        case .client:
+        case .owner:
             break  // shown above, as ActiveClient
         case .outputFailed:
             break  // not a session failure: `LastError` shows it, and a notification

@@ -7,35 +7,35 @@ import SpeechAPI
 
 /// The interface's methods, served by the core. Each call starts on the bus thread, in arrival
 /// order, and reaches the core with its first `await`; the core decides who may act on the
-/// session (see ``SessionClient``).
+/// session (see ``Caller``).
 struct SpeechCalls: SpeechMethods {
     let core: SpeechCore
     let consent: Consent?
     let inputMethod: InputMethodRoute?
 
-    func startTranscribing(_ options: StartOptions, caller: String) async throws(SpeechError) {
-        try await core.start(startOptions(options, caller))
+    func startTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError) {
+        try await core.start(startOptions(options, sender))
     }
 
-    func stopTranscribing(caller: String) async throws(SpeechError) -> String {
-        try await core.stop(by: client(of: caller))
+    func stopTranscribing(sender: String) async throws(SpeechError) -> String {
+        try await core.stop(by: identify(sender))
     }
 
-    func cancelTranscribing(caller: String) async throws(SpeechError) {
-        try await core.cancel(by: client(of: caller))
+    func cancelTranscribing(sender: String) async throws(SpeechError) {
+        try await core.cancel(by: identify(sender))
     }
 
-    func toggleTranscribing(_ options: StartOptions, caller: String) async throws(SpeechError) -> Bool {
-        try await core.toggle(startOptions(options, caller))
+    func toggleTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError) -> Bool {
+        try await core.toggle(startOptions(options, sender))
     }
 
-    func resetTranscript(caller: String) async throws(SpeechError) {
-        try await core.resetTranscript(by: client(of: caller))
+    func resetTranscript(sender: String) async throws(SpeechError) {
+        try await core.resetTranscript(by: identify(sender))
     }
 
     /// A sandboxed app learns its own status; once allowed, the service's.
-    func requestAuthorization(caller: String) async throws(SpeechError) -> RecognizerAuthorization {
-        if let consent, isSandboxed(caller), let status = await consent.status(of: caller), status != .authorized {
+    func requestAuthorization(sender: String) async throws(SpeechError) -> RecognizerAuthorization {
+        if let consent, isSandboxed(sender), let status = await consent.status(of: sender), status != .authorized {
             return status
         }
         return await core.requestAuthorization()
@@ -67,36 +67,36 @@ struct SpeechCalls: SpeechMethods {
         }
     }
 
-    func setInputMethodState(_ state: InputMethodState, caller: String) async throws(SpeechError) {
+    func setInputMethodState(_ state: InputMethodState, sender: String) async throws(SpeechError) {
         guard let inputMethod else { throw .internal("this sttd does not route text to an input method") }
-        inputMethod.update(from: caller, state)
+        inputMethod.update(from: sender, state)
     }
 
     // MARK: Who is calling
 
-    /// The options of a start by `caller`, the settings it falls back to taken now, as the call
+    /// The options of a start by `sender`, the settings it falls back to taken now, as the call
     /// arrives: a property written after it does not change it.
-    func startOptions(_ options: StartOptions, _ caller: String) -> StartOptions {
+    func startOptions(_ options: StartOptions, _ sender: String) -> StartOptions {
         var options = options
         let settings = core.settings
         options.backend = options.backend ?? settings.backend
         options.language = options.language ?? settings.language
         options.source = options.source ?? settings.source
-        options.client = client(of: caller)
+        options.caller = identify(sender)
         return options
     }
 
     /// Who is calling: a sandboxed app (its session then reports to it alone) or the host.
-    func client(of caller: String) -> SessionClient {
-        guard isSandboxed(caller) else { return SessionClient(name: SpeechAPI.hostClient) }
-        let name = consent?.identities.identity(of: caller)?.description ?? "unknown"
-        return SessionClient(name: name, privateDestination: caller)
+    func identify(_ sender: String) -> Caller {
+        guard isSandboxed(sender) else { return Caller(name: SpeechAPI.hostClient) }
+        let name = consent?.identities.identity(of: sender)?.description ?? "unknown"
+        return Caller(name: name, privateDestination: sender)
     }
 
     /// Whether a caller gets a sandboxed app's view. The gate identified the caller before its
     /// call got here; one no longer known (the cache is bounded) is not taken for the host.
-    func isSandboxed(_ caller: String) -> Bool {
+    func isSandboxed(_ sender: String) -> Bool {
         guard let consent else { return false }
-        return consent.identities.identity(of: caller) != .host
+        return consent.identities.identity(of: sender) != .host
     }
 }

@@ -7,14 +7,14 @@ import SpeechAPI
 
 /// The methods of `io.github.sttd.Speech1` as Swift: what each takes and answers. ``bridge(_:tasks:)``
 /// decodes each call's arguments into these types, calls, and encodes the answer or the error.
-/// `caller` is the calling connection's unique bus name.
+/// `sender` is the calling connection's unique bus name.
 public protocol SpeechMethods: Sendable {
-    func startTranscribing(_ options: StartOptions, caller: String) async throws(SpeechError)
-    func stopTranscribing(caller: String) async throws(SpeechError) -> String
-    func cancelTranscribing(caller: String) async throws(SpeechError)
-    func toggleTranscribing(_ options: StartOptions, caller: String) async throws(SpeechError) -> Bool
-    func resetTranscript(caller: String) async throws(SpeechError)
-    func requestAuthorization(caller: String) async throws(SpeechError) -> RecognizerAuthorization
+    func startTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError)
+    func stopTranscribing(sender: String) async throws(SpeechError) -> String
+    func cancelTranscribing(sender: String) async throws(SpeechError)
+    func toggleTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError) -> Bool
+    func resetTranscript(sender: String) async throws(SpeechError)
+    func requestAuthorization(sender: String) async throws(SpeechError) -> RecognizerAuthorization
     func listSources() async throws(SpeechError) -> [AudioSource]
     func getHistory(limit: UInt32) async throws(SpeechError) -> [HistoryEntry]
     /// Host callers only (the consent gate refuses apps).
@@ -22,7 +22,7 @@ public protocol SpeechMethods: Sendable {
     /// Host callers only.
     func setAppConsent(_ app: AppID, _ decision: ConsentChoice) async throws(SpeechError)
     /// Host callers only: an app must never pose as the focused field and receive dictation.
-    func setInputMethodState(_ state: InputMethodState, caller: String) async throws(SpeechError)
+    func setInputMethodState(_ state: InputMethodState, sender: String) async throws(SpeechError)
 }
 
 extension SpeechMethods {
@@ -31,22 +31,22 @@ extension SpeechMethods {
         let (name, inputs) = (method.name, method.inputs)
         switch method {
         case .startTranscribing:
-            return .typed(name, inputs: inputs, tasks: tasks) { try await startTranscribing($1, caller: $0) }
+            return .typed(name, inputs: inputs, tasks: tasks) { try await startTranscribing($1, sender: $0) }
         case .stopTranscribing:
             return .typed(name, inputs: inputs, output: method.outputs[0], tasks: tasks) {
-                try await stopTranscribing(caller: $0)
+                try await stopTranscribing(sender: $0)
             }
         case .cancelTranscribing:
-            return .typed(name, inputs: inputs, tasks: tasks) { try await cancelTranscribing(caller: $0) }
+            return .typed(name, inputs: inputs, tasks: tasks) { try await cancelTranscribing(sender: $0) }
         case .toggleTranscribing:
             return .typed(name, inputs: inputs, output: method.outputs[0], tasks: tasks) {
-                try await toggleTranscribing($1, caller: $0)
+                try await toggleTranscribing($1, sender: $0)
             }
         case .resetTranscript:
-            return .typed(name, inputs: inputs, tasks: tasks) { try await resetTranscript(caller: $0) }
+            return .typed(name, inputs: inputs, tasks: tasks) { try await resetTranscript(sender: $0) }
         case .requestAuthorization:
             return .typed(name, inputs: inputs, output: method.outputs[0], tasks: tasks) {
-                try await requestAuthorization(caller: $0)
+                try await requestAuthorization(sender: $0)
             }
         case .listSources:
             return .typed(name, inputs: inputs, output: method.outputs[0], tasks: tasks) { _ in
@@ -63,7 +63,7 @@ extension SpeechMethods {
         case .setAppConsent:
             return .typed(name, inputs: inputs, tasks: tasks) { try await setAppConsent($1, $2) }
         case .setInputMethodState:
-            return .typed(name, inputs: inputs, tasks: tasks) { try await setInputMethodState($1, caller: $0) }
+            return .typed(name, inputs: inputs, tasks: tasks) { try await setInputMethodState($1, sender: $0) }
         }
     }
 }

@@ -8,7 +8,7 @@ import Synchronization
 /// recognizer and the microphone, then runs the recognizer and the capture pump as child tasks of
 /// its own, and reports to the core. The microphone is closed before the core hears that the
 /// session ended, so it is never left open without a session.
-final class SessionRun: Sendable {
+final class SessionPipeline: Sendable {
     /// Why a session could not start.
     enum OpenFailure: Sendable {
         case recognizer(RecognitionError)
@@ -233,11 +233,11 @@ final class SessionRun: Sendable {
 /// session fails with a clear `SessionFailed` instead, and the finals so far are kept.
 final class SessionReportQueue: RecognitionEventSink {
     private let core: SpeechCore
-    private let run: SessionRun
+    private let run: SessionPipeline
     private let waiting = Atomic<Int>(0)
     private let overflowed = Atomic<Bool>(false)
 
-    init(core: SpeechCore, run: SessionRun) {
+    init(core: SpeechCore, run: SessionPipeline) {
         self.core = core
         self.run = run
     }
