@@ -18,7 +18,7 @@ final class CaptureWorker: PulseWorker, @unchecked Sendable {
     private var opened: CheckedContinuation<Void, any Error>?
     private var isOpen = false
     /// How capture ended: set once, on the worker thread.
-    private let outcome = Eventual<CaptureError?>()
+    private let outcome = SetOnce<CaptureError?>()
 
     init(
         source: String?, chunkSamples: Int, mediaName: String, logger: Logger,

@@ -62,7 +62,7 @@ public final class PocketSphinxRecognizer: Recognizer {
     private let directory: String
     private let validator: (@Sendable (String) async -> Bool)?
     /// The model's load, started by the first caller; every caller shares its outcome.
-    private let loading = Mutex<Eventual<Result<Void, RecognitionError>>?>(nil)
+    private let loading = Mutex<SetOnce<Result<Void, RecognitionError>>?>(nil)
     private let logger: Logger
 
     /// - Parameters:
@@ -85,7 +85,7 @@ public final class PocketSphinxRecognizer: Recognizer {
     public func load() async throws(RecognitionError) {
         let (load, isFirst) = loading.withLock { loading in
             if let load = loading { return (load, false) }
-            let load = Eventual<Result<Void, RecognitionError>>()
+            let load = SetOnce<Result<Void, RecognitionError>>()
             loading = load
             return (load, true)
         }

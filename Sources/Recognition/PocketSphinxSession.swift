@@ -11,7 +11,7 @@ final class PocketSphinxSession: RecognitionSession {
     let interimResults: Bool
     private let decoder: PocketSphinxEngine
     private let state = Mutex(State())
-    private let outcome = Eventual<Result<Void, RecognitionError>>()
+    private let outcome = SetOnce<Result<Void, RecognitionError>>()
 
     private struct State {
         var phase = Phase.active

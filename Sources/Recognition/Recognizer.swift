@@ -188,7 +188,7 @@ extension RecognitionSession {
     public func abandon() { cancel() }
 }
 
-extension Eventual where Value == Result<Void, RecognitionError> {
+extension SetOnce where Value == Result<Void, RecognitionError> {
     /// Waits for a session's outcome; cancelling the waiting task calls `cancel` (which ends the
     /// session, and so resolves the outcome).
     func wait(onCancel cancel: @escaping @Sendable () -> Void) async throws(RecognitionError) {

@@ -76,7 +76,7 @@ final class FakeMicrophone: Microphone {
 /// One open fake capture.
 final class FakeStream: MicrophoneStream {
     private let deliver: @Sendable (AudioChunk) -> Void
-    private let outcome = Eventual<CaptureError?>()
+    private let outcome = SetOnce<CaptureError?>()
 
     init(deliver: @escaping @Sendable (AudioChunk) -> Void) { self.deliver = deliver }
 

@@ -13,7 +13,7 @@ final class SherpaSession: RecognitionSession {
     let model: SherpaModel
     let decoders: SherpaDecoders
     private let input: Mutex<Input>
-    private let outcome = Eventual<Result<Void, RecognitionError>>()
+    private let outcome = SetOnce<Result<Void, RecognitionError>>()
 
     /// What `send`, `finalize`, `finish` and `cancel` share: segmentation and the interim pace.
     private struct Input {

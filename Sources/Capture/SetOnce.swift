@@ -2,7 +2,7 @@ import Synchronization
 
 /// A value that arrives once, later: the first `resolve` wins, and every waiter (earlier or
 /// later) gets it. For "how did this end" answers handed from a thread to async code.
-public final class Eventual<Value: Sendable>: Sendable {
+public final class SetOnce<Value: Sendable>: Sendable {
     private let state = Mutex<(value: Value?, waiters: [CheckedContinuation<Value, Never>])>((nil, []))
 
     public init() {}
