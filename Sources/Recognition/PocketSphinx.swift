@@ -116,12 +116,7 @@ public final class PocketSphinxRecognizer: Recognizer {
     }
 
     public func authorize() async -> (RecognizerAuthorization, RecognitionError?) {
-        do {
-            try await load()
-            return (.authorized, nil)
-        } catch {
-            return (.restricted, error)
-        }
+        await RecognizerAuthorization.checking { () async throws(RecognitionError) in try await load() }
     }
 
     public func startSession(

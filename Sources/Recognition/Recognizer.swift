@@ -118,6 +118,19 @@ public struct RecognitionError: Error, Sendable, Equatable, CustomStringConverti
 /// The recognizer's view of whether it may and can work (as Apple's `SFSpeechRecognizerAuthorizationStatus`).
 public enum RecognizerAuthorization: String, Sendable {
     case notDetermined, authorized, denied, restricted
+
+    /// `authorized` when `check` passes; otherwise `restricted`, with its error (an engine that
+    /// cannot load its model or library).
+    static func checking(
+        _ check: () async throws(RecognitionError) -> Void
+    ) async -> (RecognizerAuthorization, RecognitionError?) {
+        do {
+            try await check()
+            return (.authorized, nil)
+        } catch {
+            return (.restricted, error)
+        }
+    }
 }
 
 /// A speech recognizer: the offline engine or a streaming client.

@@ -102,12 +102,7 @@ public final class SherpaOnnxRecognizer: Recognizer {
     }
 
     public func authorize() async -> (RecognizerAuthorization, RecognitionError?) {
-        do {
-            _ = try preflight()
-            return (.authorized, nil)
-        } catch {
-            return (.restricted, error)
-        }
+        await RecognizerAuthorization.checking { () throws(RecognitionError) in _ = try preflight() }
     }
 
     public func startSession(
