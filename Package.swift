@@ -42,9 +42,11 @@ let package = Package(
             name: "DBus",
             dependencies: ["CDBus", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictness),
+        // The error shape the lower modules share: a kind to map and a sentence for a person.
+        .target(name: "Problems", swiftSettings: strictness),
         .target(
             name: "Capture",
-            dependencies: ["CPulse", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CPulse", "Problems", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictness),
         .target(
             name: "Recognition",
@@ -112,7 +114,7 @@ let package = Package(
         // Typing and clipboard output through the desktop's tools; knows no D-Bus and no speech.
         .target(
             name: "Output",
-            dependencies: ["CSttdSystem", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CSttdSystem", "Problems", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictness),
         .target(
             name: "Control",

@@ -1,36 +1,29 @@
 import CPulse
 import Foundation
 import Logging
+import Problems
 import Synchronization
 
 /// Why the microphone could not be used.
-public struct CaptureError: Error, Sendable, Equatable, CustomStringConvertible {
-    /// What kind of failure, for mapping to `MicrophoneStatus`.
-    public enum Kind: Sendable, Equatable {
-        /// No PulseAudio (or pipewire-pulse) server answered.
-        case serverUnavailable
-        /// The server refused access.
-        case accessDenied
-        /// The named source does not exist.
-        case noSuchSource
-        /// The sound server went away while capturing (it may come back).
-        case lost
-        /// The named source went away while capturing (unplugged or unloaded).
-        case sourceLost
-        /// Anything else the server reported.
-        case failed
-    }
+public typealias CaptureError = Problem<CaptureFailure>
 
-    public var kind: Kind
-    public var message: String
+/// What kind of microphone failure, for mapping to `MicrophoneStatus`.
+public enum CaptureFailure: Sendable, Equatable {
+    /// No PulseAudio (or pipewire-pulse) server answered.
+    case serverUnavailable
+    /// The server refused access.
+    case accessDenied
+    /// The named source does not exist.
+    case noSuchSource
+    /// The sound server went away while capturing (it may come back).
+    case lost
+    /// The named source went away while capturing (unplugged or unloaded).
+    case sourceLost
+    /// Anything else the server reported.
+    case failed
+}
 
-    public init(_ kind: Kind, _ message: String) {
-        self.kind = kind
-        self.message = message
-    }
-
-    public var description: String { message }
-
+extension CaptureError {
     static func from(code: Int32, source: String?) -> CaptureError {
         let reason = String(cString: pa_strerror(code))
         switch UInt32(code) {

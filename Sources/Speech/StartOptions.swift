@@ -35,12 +35,6 @@ public struct SpeechSettings: Sendable, Equatable {
     public var language: String
     /// "" means the server's default source.
     public var source: String
-
-    public init(backend: Backend, language: String, source: String) {
-        self.backend = backend
-        self.language = language
-        self.source = source
-    }
 }
 
 /// Who started a session: shown as `ActiveClient`, and a sandboxed app's session is reported to
