@@ -58,20 +58,20 @@ public struct SherpaSettings: Sendable, Equatable {
 ///   ready when the hangover runs out; speech that resumes throws that decode away. An utterance
 ///   of 2 s or more ends at that pause; one longer than 20 s is split at its quietest 100 ms.
 /// - Interims (when asked for): see ``SherpaSession/minInterimSpacing``; under load they are
-///   skipped (``SherpaDecoders``), finals never.
+///   skipped (``SherpaDecoderPool``), finals never.
 /// - Memory: the model loads when a session starts (audio queues meanwhile, so no first words
 ///   are lost), stays while sessions come and go, and is unloaded `unloadAfter` after the last.
 /// - Backlog: at most `maxQueuedAudio` of a session's audio may wait; past it that session fails
 ///   with a clear error and its finals so far stand.
 public final class SherpaOnnxRecognizer: Recognizer {
     let settings: SherpaSettings
-    private let decoders: SherpaDecoders
+    private let decoders: SherpaDecoderPool
     private let logger: Logger
 
     public init(settings: SherpaSettings, logger: Logger) {
         self.settings = settings
         self.logger = logger
-        decoders = SherpaDecoders(settings: settings, shared: SherpaShared(), logger: logger)
+        decoders = SherpaDecoderPool(settings: settings, shared: SherpaShared(), logger: logger)
         decoders.start(threads: settings.decoderThreads)
     }
 

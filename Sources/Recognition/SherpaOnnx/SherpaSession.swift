@@ -11,7 +11,7 @@ final class SherpaSession: RecognitionSession {
     let interimResults: Bool
     let library: SherpaLibrary
     let model: SherpaModel
-    let decoders: SherpaDecoders
+    let decoders: SherpaDecoderPool
     private let input: Mutex<Input>
     private let outcome = SetOnce<Result<Void, RecognitionError>>()
 
@@ -44,7 +44,7 @@ final class SherpaSession: RecognitionSession {
     static let interimBudgetShare = 0.25
 
     // Decoder-side state: touched only by the thread running the session's non-interim work
-    // (SherpaDecoders runs that one item at a time).
+    // (SherpaDecoderPool runs that one item at a time).
     nonisolated(unsafe) var speculative: (text: String, samples: Int)?
     /// An interim may decode beside the session's other work; this decides whether it still
     /// goes out. Results are delivered under this lock, so a void interim never follows a final.
@@ -57,7 +57,7 @@ final class SherpaSession: RecognitionSession {
     }
 
     init(
-        decoders: SherpaDecoders, library: SherpaLibrary, model: SherpaModel, interimResults: Bool,
+        decoders: SherpaDecoderPool, library: SherpaLibrary, model: SherpaModel, interimResults: Bool,
         segmenter: UtteranceSegmenter, events: any RecognitionEventSink
     ) {
         self.decoders = decoders
@@ -218,7 +218,7 @@ final class SherpaSession: RecognitionSession {
 }
 
 /// One item of a session's work for the decoders, run in the order the session queued them.
-enum SherpaWork: Sendable {
+enum SherpaWork: Sendable, Equatable {
     /// Delivered as it is, in order with the results.
     case event(RecognitionEvent)
     /// Re-decode the utterance so far; skipped under load or when newer work makes it stale.

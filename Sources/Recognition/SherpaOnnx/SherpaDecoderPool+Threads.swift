@@ -4,63 +4,42 @@ import Foundation
 import Logging
 import Synchronization
 
-/// The decoder threads: loading the model, running each session's work, unloading when idle.
-extension SherpaDecoders {
+/// The decoder threads: each asks the scheduler for its next step and takes it (loading the
+/// model, running a session's work, unloading when idle), waiting on the condition in between.
+extension SherpaDecoderPool {
     func run() {
         condition.lock()
         while true {
-            if engine == nil, needsModel {
-                if loading {
+            for action in decide(.threadFree) {
+                switch action {
+                case .load(let session):
+                    loadModel(for: session)
+                case .run(let session, let work, let engine, let waited):
+                    condition.unlock()
+                    perform(work, for: session, engine: engine, waited: waited)
+                    condition.lock()
+                    decide(.done(session, work))
+                case .unload(let reason):
+                    unload(reason: reason)
+                case .wait(let timeout?):
+                    _ = condition.wait(
+                        until: Date(timeIntervalSinceNow: Double(timeout / .milliseconds(1)) / 1000 + 0.01))
+                case .wait(nil):
                     condition.wait()
-                    continue
+                case .exit:
+                    condition.unlock()
+                    return
+                case .wakeThreads, .admitInterim, .voidInterim, .refuse, .abandon:
+                    // Done by decide(_:), or not a thread's step.
+                    break
                 }
-                loadModel()
-                continue
             }
-            if let (session, work, waited) = takeWork() {
-                let engine = self.engine
-                condition.unlock()
-                perform(work, for: session, engine: engine, waited: waited)
-                condition.lock()
-                let key = ObjectIdentifier(session)
-                if case .end = work {
-                    queues[key] = nil
-                    lastEnded = .now
-                } else if case .interim = work {
-                    queues[key]?.interimRunning = false
-                    queues[key]?.interimDecoding = nil
-                } else {
-                    queues[key]?.busy = false
-                    queues[key]?.decoding = nil
-                }
-                condition.broadcast()
-                continue
-            }
-            if closed && queues.isEmpty {
-                unload(reason: "recognizer released")
-                condition.unlock()
-                return
-            }
-            // Idle with a model and no session: give its memory back after unloadAfter.
-            if engine != nil, queues.isEmpty, !loading {
-                let idleFor = lastEnded.duration(to: .now)
-                if idleFor >= settings.unloadAfter {
-                    unload(reason: "idle for \(settings.unloadAfter)")
-                    continue
-                }
-                let wait = settings.unloadAfter - idleFor
-                _ = condition.wait(until: Date(timeIntervalSinceNow: Double(wait / .milliseconds(1)) / 1000 + 0.01))
-                continue
-            }
-            condition.wait()
         }
     }
 
     /// Loads the model for the sessions waiting (called and returning with the lock held); on
     /// failure every open session ends with the error.
-    func loadModel() {
-        guard let session = queues.values.first?.session else { return }
-        loading = true
+    func loadModel(for session: SherpaSession) {
         condition.unlock()
         let started = ContinuousClock.now
         let result = Result { () throws(RecognitionError) -> any SherpaDecoding in
@@ -71,12 +50,9 @@ extension SherpaDecoders {
             return try SherpaEngine(library: session.library, model: session.model, settings: settings)
         }
         condition.lock()
-        loading = false
-        defer { condition.broadcast() }
+        decide(.loaded(result))
         switch result {
-        case .success(let loaded):
-            engine = loaded
-            shared.loaded.store(true, ordering: .relaxed)
+        case .success:
             shared.loads.wrappingAdd(1, ordering: .relaxed)
             logger.info(
                 "offline model loaded",
@@ -87,18 +63,11 @@ extension SherpaDecoders {
         case .failure(let error):
             logger.error("offline model unavailable", metadata: ["reason": "\(error.message)"])
             shared.recordFailure(session.model, error)
-            for key in queues.keys {
-                queues[key]?.items = [Item(work: .end(error), sequence: nextSequence())]
-                queues[key]?.weight = 0
-            }
         }
     }
 
-    /// Called with the lock held.
+    /// The scheduler has let the engine go (called with the lock held): hand its memory back.
     func unload(reason: String) {
-        guard engine != nil else { return }
-        engine = nil
-        shared.loaded.store(false, ordering: .relaxed)
         // onnxruntime frees its arenas into the heap; hand that memory back to the system, and
         // the engine's code pages too (read back from the page cache on the next load).
         sttd_release_free_memory()
@@ -109,7 +78,7 @@ extension SherpaDecoders {
 
     /// Runs one item of a session's work, outside the lock.
     func perform(
-        _ work: SherpaWork, for session: SherpaSession, engine: (any SherpaDecoding)?, waited: Duration
+        _ work: SherpaWork, for session: SherpaSession, engine: Scheduler.Engine?, waited: Duration
     ) {
         /// The text, or nil when the engine failed: it is dropped, and the next work loads it
         /// again (a worker process that died is started anew).
@@ -117,7 +86,7 @@ extension SherpaDecoders {
             guard let engine else { return nil }
             do {
                 let started = ContinuousClock.now
-                let text = try engine.decode(samples)
+                let text = try engine.decoder.decode(samples)
                 let took = started.duration(to: .now)
                 pace.withLock { $0 = ($0.seconds + took.seconds, $0.samples + samples.count) }
                 logger.debug(
@@ -129,35 +98,8 @@ extension SherpaDecoders {
                 return text
             } catch {
                 logger.error("offline engine failed", metadata: ["reason": "\(error.message)"])
-                condition.lock()
-                if self.engine === engine {
-                    self.engine = nil
-                    shared.loaded.store(false, ordering: .relaxed)
-                }
-                condition.unlock()
+                handle(.engineFailed(engine))
                 return nil
-            }
-        }
-        /// A final the engine failed on is decoded once more by the next engine; failing again,
-        /// the session ends with the error (its earlier finals stand).
-        func retry(_ work: SherpaWork) {
-            condition.lock()
-            let key = ObjectIdentifier(session)
-            let queue = queues[key]
-            let again = queue.map { !$0.retriedFinal && !$0.stopped } ?? false
-            if again {
-                queues[key]?.items.insert(Item(work: work, sequence: nextSequence()), at: 0)
-                queues[key]?.weight += work.weight
-                queues[key]?.retriedFinal = true
-            }
-            condition.unlock()
-            if !again, queue?.stopped == false {
-                stop(
-                    session,
-                    error: RecognitionError(
-                        .backendUnavailable,
-                        "The offline engine failed twice on this session's speech (sttd's log has the reason); the words recognized before are kept."
-                    ))
             }
         }
         switch work {
@@ -181,7 +123,9 @@ extension SherpaDecoders {
             let reused = session.speculative.flatMap { $0.samples == utterance.samples.count ? $0.text : nil }
             session.speculative = nil
             guard let text = utterance.samples.isEmpty ? "" : reused ?? decode(utterance.samples) else {
-                retry(work)
+                // Decoded once more by the next engine; failing again, the session ends with an
+                // error (its earlier finals stand).
+                handle(.finalFailed(session, work))
                 return
             }
             var final = result(text, utterance, isFinal: true)

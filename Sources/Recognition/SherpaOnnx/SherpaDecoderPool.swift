@@ -1,0 +1,142 @@
+import CSttdSystem
+import Capture
+import Foundation
+import Logging
+import Synchronization
+
+/// The decoder threads every session of the engine shares, with the one loaded model: D-Bus
+/// dictation and the local server's streams are equals here.
+///
+/// - Order: a session's work runs in the order it was queued, one item at a time, except that an
+///   interim may still be decoding when the session's next work starts: that voids it (a final
+///   never waits for an interim, and no interim goes out after the work that followed it). Work
+///   of different sessions runs on up to `threads` threads at once, on the one model
+///   (onnxruntime runs a loaded model from several threads at once).
+/// - Priority: finals, speculative decodes and events go first, the longest-waiting first. An
+///   interim runs only when no other work is waiting, and with several threads one is always
+///   kept from interims (onnxruntime cannot stop a decode, so finals coming due together would
+///   otherwise wait for interims already running); sessions queue interims only while no more
+///   of them are speaking than that one thread can take finals for (see `SherpaSession.send`),
+///   so interims use only capacity finals cannot need; a newer interim replaces a queued one, and
+///   a queued interim is dropped when its utterance's speculative decode or final is queued. So
+///   under load interims are skipped, finals never.
+/// - Backlog: a session's queued audio may not pass `maxQueuedAudio`; past it that session fails
+///   with a clear error (its finals so far stand) and the others go on.
+/// - Model: the first thread with work for it loads it (the others wait; audio keeps queueing),
+///   and it is unloaded `unloadAfter` after the last session ended.
+///
+/// These decisions are ``SherpaScheduler``'s; the pool's threads perform its actions.
+final class SherpaDecoderPool: @unchecked Sendable {
+    // @unchecked: `scheduler` is only touched with `condition` locked.
+    typealias Scheduler = SherpaScheduler<SherpaSession, any SherpaDecoding>
+
+    let settings: SherpaSettings
+    let shared: SherpaShared
+    let logger: Logger
+    /// Threads wait on it for work; it guards `scheduler`.
+    let condition = NSCondition()
+    var scheduler: Scheduler
+    /// Sessions inside an utterance now: each may need a thread for its final at any moment.
+    let speakingSessions = Atomic<Int>(0)
+    /// Every decode's time and audio so far: what decoding a second of audio costs here.
+    let pace = Mutex((seconds: 0.0, samples: 0))
+
+    /// Whether interims may be queued: at most as many sessions are inside an utterance as the
+    /// threads kept from interims could decode finals for at once.
+    var interimsHaveRoom: Bool {
+        speakingSessions.load(ordering: .relaxed) <= max(1, settings.decoderThreads - 1)
+    }
+
+    /// Seconds a decode takes per second of audio on this machine (wall time, as interims'
+    /// budget is charged), once one has run.
+    var decodeCostPerAudioSecond: Double? {
+        pace.withLock { $0.samples > 0 ? $0.seconds * Double(AudioFormat.sampleRate) / Double($0.samples) : nil }
+    }
+
+    init(settings: SherpaSettings, shared: SherpaShared, logger: Logger) {
+        self.settings = settings
+        self.shared = shared
+        self.logger = logger
+        scheduler = Scheduler(
+            threads: settings.decoderThreads, capacity: max(1, AudioFormat.samples(in: settings.maxQueuedAudio)),
+            unloadAfter: settings.unloadAfter, now: .now)
+    }
+
+    /// Starts the threads; they end after ``close()`` once every session has ended.
+    func start(threads: Int) {
+        for index in 0..<max(1, threads) {
+            let thread = Thread { self.run() }
+            thread.name = "sherpa-onnx-\(index)"
+            thread.start()
+        }
+    }
+
+    func close() { handle(.close) }
+
+    func begin(
+        library: SherpaLibrary, model: SherpaModel, interimResults: Bool, events: any RecognitionEventSink
+    ) -> SherpaSession {
+        let session = SherpaSession(
+            decoders: self, library: library, model: model, interimResults: interimResults,
+            segmenter: UtteranceSegmenter(), events: events)
+        // Registered, it makes a thread load the model now if needed, while its audio queues.
+        handle(.began(session))
+        return session
+    }
+
+    /// Queues a session's work; returns the error that ends it if its backlog would overflow.
+    func enqueue(_ work: [SherpaWork], for session: SherpaSession) -> RecognitionError? {
+        for action in handle(.queued(work, for: session)) {
+            if case .refuse(let error) = action { return error }
+        }
+        return nil
+    }
+
+    /// Drops the session's queued work and ends it next (error nil: cancelled).
+    ///
+    /// `abandon` (a stop that timed out): if the engine is still decoding for this session, or
+    /// every thread has been on one decode for over a second so its work cannot start, the
+    /// engine is given up (a worker process is killed): the threads are free at once and the
+    /// next work starts a new worker. Other sessions' finals in flight there are decoded again.
+    func stop(_ session: SherpaSession, error: RecognitionError?, abandon: Bool = false) {
+        handle(.stop(session, error: error, abandon: abandon))
+    }
+
+    // MARK: - Performing the scheduler's actions
+
+    /// Handles `event` with the lock taken here, then gives up an abandoned engine outside it.
+    @discardableResult
+    func handle(_ event: Scheduler.Event) -> [Scheduler.Action] {
+        condition.lock()
+        let actions = decide(event)
+        condition.unlock()
+        for case .abandon(let engine) in actions {
+            logger.warning("the offline engine did not finish in time; restarting it")
+            engine.abandon()
+        }
+        return actions
+    }
+
+    /// Handles `event` (called with the lock held) and performs what belongs under the lock:
+    /// waking the threads, and voiding or admitting an interim before its session's next work runs.
+    @discardableResult
+    func decide(_ event: Scheduler.Event) -> [Scheduler.Action] {
+        let actions = scheduler.handle(event, now: .now)
+        shared.loaded.store(scheduler.isModelLoaded, ordering: .relaxed)
+        for action in actions {
+            switch action {
+            case .wakeThreads: condition.broadcast()
+            case .admitInterim(let session): session.interims.withLock { $0.void = false }
+            case .voidInterim(let session): session.interims.withLock { $0.void = true }
+            default: break
+            }
+        }
+        return actions
+    }
+}
+
+/// Sessions are told apart by identity, as the scheduler's keys.
+extension SherpaSession: Hashable {
+    static func == (lhs: SherpaSession, rhs: SherpaSession) -> Bool { lhs === rhs }
+    func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
+}
