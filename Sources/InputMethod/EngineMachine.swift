@@ -46,7 +46,7 @@ public struct EngineMachine: Sendable {
         case report(InputMethodState)
         /// Make a round trip to ibus-daemon, then feed ``Event/settled(_:)`` with this number.
         case settle(UInt64)
-        case startSession
+        case startStream
         case stopSession
         /// Text dropped because no ordinary field had the focus (logged, never with the text).
         case dropped(characters: Int, secret: Bool)
@@ -141,7 +141,7 @@ public struct EngineMachine: Sendable {
         case .sttdAppeared:
             reported = nil
         case .pushToTalk(let pressed):
-            if pressed && !keyDown { actions.append(.startSession) }
+            if pressed && !keyDown { actions.append(.startStream) }
             if !pressed && keyDown { actions.append(.stopSession) }
             keyDown = pressed
         }

@@ -245,7 +245,7 @@ public final class InputMethodEngine: Sendable {
             reports.yield(state)
         case .settle(let round):
             rounds.yield(round)
-        case .startSession:
+        case .startStream:
             commands.yield(.start)
         case .stopSession:
             commands.yield(.stop)

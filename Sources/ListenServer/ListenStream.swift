@@ -44,9 +44,9 @@ struct ListenStream {
             translator: ResultsTranslator(request: request, requestID: requestID, model: settings.model),
             clock: clock, out: out, onOverflow: { signal.yield(.overflow) })
 
-        let session: any RecognitionSession
+        let session: any RecognitionStream
         do throws(RecognitionError) {
-            session = try await recognizer.startSession(request.sessionOptions, events: sink)
+            session = try await recognizer.startStream(request.sessionOptions, events: sink)
         } catch {
             if error.kind == .busy {
                 logger.notice("listen stream refused: the engine is busy", metadata: ["reason": "\(error.message)"])
@@ -85,7 +85,7 @@ struct ListenStream {
 
     private func serve(
         inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
-        session: any RecognitionSession, clock: StreamClock,
+        session: any RecognitionStream, clock: StreamClock,
         outgoing: (stream: AsyncStream<WebSocketFrame>, continuation: AsyncStream<WebSocketFrame>.Continuation),
         signals: (stream: AsyncStream<Signal>, continuation: AsyncStream<Signal>.Continuation), logger: Logger
     ) async {
@@ -181,7 +181,7 @@ struct ListenStream {
     /// Reader: audio to the session (an odd byte waits for the next frame), control messages
     /// handled, anything unknown answered with an `Error` and the stream goes on.
     private static func read(
-        _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, session: any RecognitionSession,
+        _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, session: any RecognitionStream,
         out: AsyncStream<WebSocketFrame>.Continuation, signal: AsyncStream<Signal>.Continuation,
         clock: StreamClock, logger: Logger
     ) async {

@@ -3,9 +3,9 @@ import Logging
 import NIOCore
 import Synchronization
 
-/// A session whose audio not yet recognized another engine can take over (the streaming
+/// A stream whose audio not yet recognized another engine can take over (the streaming
 /// client's replay ledger).
-public protocol HandOverSession: RecognitionSession {
+public protocol HandOverStream: RecognitionStream {
     /// Ends the session at once: it sends and delivers nothing more, and ``run()`` returns soon.
     /// Returns the audio it delivered no final for, and where that audio starts, in samples
     /// from the session's start.
@@ -43,13 +43,13 @@ public final class FallbackRecognizer: Recognizer {
         error.unreachable || (error.kind == .notAuthorized && error.authorization == .denied)
     }
 
-    public func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
-        -> any RecognitionSession
+    public func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionStream
     {
-        let session = FallbackSession(
+        let session = FallbackStream(
             options: options, fallback: fallback, after: after, events: events, logger: logger)
         do {
-            session.begin(try await primary.startSession(options, events: session.primaryEvents))
+            session.begin(try await primary.startStream(options, events: session.primaryEvents))
         } catch {
             guard Self.fallsBack(on: error) else { throw error }
             logger.warning(
@@ -78,16 +78,16 @@ final class EventRelay: RecognitionEventSink {
 /// hand-over) to the offline one.
 ///
 /// Audio arriving while the offline engine starts waits in a buffer of at most
-/// ``FallbackSession/waitingBound`` of audio; past it the session fails rather than drop words.
-final class FallbackSession: RecognitionSession {
+/// ``FallbackStream/waitingBound`` of audio; past it the session fails rather than drop words.
+final class FallbackStream: RecognitionStream {
     static let waitingBound = Duration.seconds(30)
 
     private enum Route {
         case none
-        case primary(any RecognitionSession)
+        case primary(any RecognitionStream)
         /// The offline engine is starting; captured audio waits here.
         case waiting([AudioChunk], samples: Int)
-        case offline(any RecognitionSession)
+        case offline(any RecognitionStream)
         case ended
     }
 
@@ -106,7 +106,7 @@ final class FallbackSession: RecognitionSession {
         var offset = 0.0
         var overflow: RecognitionError?
 
-        var current: (any RecognitionSession)? {
+        var current: (any RecognitionStream)? {
             switch route {
             case .primary(let session), .offline(let session): session
             case .none, .waiting, .ended: nil
@@ -140,9 +140,9 @@ final class FallbackSession: RecognitionSession {
         offlineEvents.connect { [weak self] in self?.fromOffline($0) }
     }
 
-    func begin(_ primary: any RecognitionSession) { state.withLock { $0.route = .primary(primary) } }
+    func begin(_ primary: any RecognitionStream) { state.withLock { $0.route = .primary(primary) } }
 
-    // MARK: - RecognitionSession
+    // MARK: - RecognitionStream
 
     func run() async throws(RecognitionError) {
         defer { state.withLock { $0.route = .ended } }
@@ -162,7 +162,7 @@ final class FallbackSession: RecognitionSession {
     }
 
     func send(_ chunk: AudioChunk) {
-        let target = state.withLock { state -> (any RecognitionSession)? in
+        let target = state.withLock { state -> (any RecognitionStream)? in
             guard case .waiting(var chunks, let samples) = state.route else { return state.current }
             guard samples + chunk.samples.count <= AudioFormat.samples(in: Self.waitingBound) else {
                 if state.overflow == nil {
@@ -181,7 +181,7 @@ final class FallbackSession: RecognitionSession {
     }
 
     func finish() {
-        let target = state.withLock { state -> (any RecognitionSession)? in
+        let target = state.withLock { state -> (any RecognitionStream)? in
             state.finishing = true
             return state.current
         }
@@ -190,7 +190,7 @@ final class FallbackSession: RecognitionSession {
     }
 
     func finalize() {
-        let target = state.withLock { state -> (any RecognitionSession)? in
+        let target = state.withLock { state -> (any RecognitionStream)? in
             if case .waiting = state.route { state.finalizes += 1 }
             return state.current
         }
@@ -198,7 +198,7 @@ final class FallbackSession: RecognitionSession {
     }
 
     func cancel() {
-        let target = state.withLock { state -> (any RecognitionSession)? in
+        let target = state.withLock { state -> (any RecognitionStream)? in
             state.cancelled = true
             return state.current
         }
@@ -207,7 +207,7 @@ final class FallbackSession: RecognitionSession {
     }
 
     func abandon() {
-        let target = state.withLock { state -> (any RecognitionSession)? in
+        let target = state.withLock { state -> (any RecognitionStream)? in
             state.cancelled = true
             state.abandoned = true
             return state.current
@@ -219,7 +219,7 @@ final class FallbackSession: RecognitionSession {
     // MARK: - The streaming phase
 
     /// Runs the streaming session until it ends (nil) or must be given up (the reason).
-    private func runPrimary(_ primary: any RecognitionSession) async throws(RecognitionError) -> RecognitionError? {
+    private func runPrimary(_ primary: any RecognitionStream) async throws(RecognitionError) -> RecognitionError? {
         enum End: Sendable {
             case ended(RecognitionError?)
             case linkDown
@@ -285,17 +285,17 @@ final class FallbackSession: RecognitionSession {
 
     /// Takes the streaming session's unanswered audio; audio captured from now on waits for the
     /// offline engine. Nothing of the streaming session counts afterwards.
-    private func handOver(_ primary: any RecognitionSession) -> (start: Int, samples: [Int16]) {
+    private func handOver(_ primary: any RecognitionStream) -> (start: Int, samples: [Int16]) {
         let (backlog, wasDown) = state.withLock { state in
             state.handedOver = true
             state.route = .waiting([], samples: 0)
             let wasDown = state.downSince != nil
             state.downSince = nil
             // Under the lock, so no chunk goes to the streaming session after its audio was taken.
-            let backlog = (primary as? any HandOverSession)?.handOver() ?? (0, [])
+            let backlog = (primary as? any HandOverStream)?.handOver() ?? (0, [])
             return (backlog, wasDown)
         }
-        if !(primary is any HandOverSession) { primary.cancel() }
+        if !(primary is any HandOverStream) { primary.cancel() }
         if wasDown { events.deliver(.reconnecting(false)) }
         return backlog
     }
@@ -309,9 +309,9 @@ final class FallbackSession: RecognitionSession {
             state.handedOver = true
             if case .none = state.route { state.route = .waiting([], samples: 0) }
         }
-        let offline: any RecognitionSession
+        let offline: any RecognitionStream
         do {
-            offline = try await fallback.startSession(options, events: offlineEvents)
+            offline = try await fallback.startStream(options, events: offlineEvents)
         } catch {
             state.withLock { $0.route = .ended }
             var failure = reason
@@ -359,7 +359,7 @@ final class FallbackSession: RecognitionSession {
             if forward { events.deliver(event) }
             return
         }
-        // The streaming session delivers nothing once given up (see ``HandOverSession``).
+        // The streaming session delivers nothing once given up (see ``HandOverStream``).
         if !state.withLock({ $0.handedOver }) { events.deliver(event) }
     }
 

@@ -52,7 +52,7 @@ public struct PocketSphinxModel: Sendable, Equatable {
 /// after it.
 ///
 /// Backlog policy: the queue holds at most `maxQueuedAudio` of audio (30 s by default), counted
-/// in samples across the recognizer. A ``RecognitionSession/send(_:)`` that would go past it
+/// in samples across the recognizer. A ``RecognitionStream/send(_:)`` that would go past it
 /// fails the session instead of blocking the capture thread or dropping audio unnoticed: the
 /// session's queued audio is discarded, later audio is ignored, the finals already delivered
 /// stand, and its `run()` throws a `backendUnavailable` error that names the bound. Control work
@@ -119,9 +119,9 @@ public final class PocketSphinxRecognizer: Recognizer {
         await RecognizerAuthorization.checking { () async throws(RecognitionError) in try await load() }
     }
 
-    public func startSession(
+    public func startStream(
         _ options: SessionOptions, events: any RecognitionEventSink
-    ) async throws(RecognitionError) -> any RecognitionSession {
+    ) async throws(RecognitionError) -> any RecognitionStream {
         try await load()
         return try decoder.begin(interimResults: options.interimResults, servedTo: options.servedTo, events: events)
     }

@@ -76,15 +76,15 @@ final class SphinxDecoder {
 final class PocketSphinxEngine: Sendable {
     enum Job: Sendable {
         case load(PocketSphinxModel, @Sendable (Result<Void, RecognitionError>) -> Void)
-        case begin(PocketSphinxSession)
-        case audio(PocketSphinxSession, AudioChunk)
-        case finish(PocketSphinxSession)
+        case begin(PocketSphinxStream)
+        case audio(PocketSphinxStream, AudioChunk)
+        case finish(PocketSphinxStream)
         /// The pending utterance becomes a final now; the session goes on.
-        case finalize(PocketSphinxSession)
+        case finalize(PocketSphinxStream)
         /// Ends the session without a last final: `cancel()` (error nil) or a backlog overflow.
-        case stop(PocketSphinxSession, RecognitionError?)
+        case stop(PocketSphinxStream, RecognitionError?)
 
-        var session: PocketSphinxSession? {
+        var session: PocketSphinxStream? {
             switch self {
             case .load: nil
             case .begin(let session), .audio(let session, _), .finish(let session), .finalize(let session),
@@ -123,9 +123,9 @@ final class PocketSphinxEngine: Sendable {
     /// Gives the decoder to a new session, decided here rather than on the decoder thread so
     /// that the caller learns it at once; throws `busy` while another session holds it.
     func begin(interimResults: Bool, servedTo: String, events: any RecognitionEventSink) throws(RecognitionError)
-        -> PocketSphinxSession
+        -> PocketSphinxStream
     {
-        let session = PocketSphinxSession(decoder: self, interimResults: interimResults, events: events)
+        let session = PocketSphinxStream(decoder: self, interimResults: interimResults, events: events)
         let holder = owner.withLock { owner -> String? in
             if let owner { return owner.servedTo }
             owner = (ObjectIdentifier(session), servedTo)
@@ -138,7 +138,7 @@ final class PocketSphinxEngine: Sendable {
 
     /// Frees the decoder for the next session; called once `session` has ended, before its
     /// `run()` returns, so that whoever waited for that can start another at once.
-    func release(_ session: PocketSphinxSession) {
+    func release(_ session: PocketSphinxStream) {
         owner.withLock { owner in
             if owner?.session == ObjectIdentifier(session) { owner = nil }
         }
@@ -157,7 +157,7 @@ final class PocketSphinxEngine: Sendable {
 private final class PocketSphinxDecodeLoop {
     let queue: WeightBoundedQueue<PocketSphinxEngine.Job>
     var decoder: SphinxDecoder?
-    var current: PocketSphinxSession?
+    var current: PocketSphinxStream?
     var utteranceStarted = false
     var samplesSinceHypothesis = 0
     /// Samples of the current session decoded so far, and where the current utterance began.
@@ -235,7 +235,7 @@ private final class PocketSphinxDecodeLoop {
     /// Decodes audio in blocks of ``blockSize`` samples, as the reference tool reads its file:
     /// speech is detected once per block, so the same samples give the same utterances and words
     /// however the microphone cut them into chunks.
-    private func receive(_ chunk: AudioChunk, _ decoder: SphinxDecoder, _ session: PocketSphinxSession) {
+    private func receive(_ chunk: AudioChunk, _ decoder: SphinxDecoder, _ session: PocketSphinxStream) {
         pending.append(contentsOf: chunk.samples)
         var start = 0
         while pending.count - start >= Self.blockSize {
@@ -246,14 +246,14 @@ private final class PocketSphinxDecodeLoop {
     }
 
     /// Decodes what is left of the last block, as the reference tool does at the end of its file.
-    private func flushPending(_ decoder: SphinxDecoder, _ session: PocketSphinxSession) {
+    private func flushPending(_ decoder: SphinxDecoder, _ session: PocketSphinxStream) {
         guard !pending.isEmpty else { return }
         process(pending[...], decoder, session)
         pending.removeAll(keepingCapacity: true)
     }
 
     // Segmentation as `pocketsphinx_continuous -infile` does it, so results match the reference tool.
-    private func process(_ samples: ArraySlice<Int16>, _ decoder: SphinxDecoder, _ session: PocketSphinxSession) {
+    private func process(_ samples: ArraySlice<Int16>, _ decoder: SphinxDecoder, _ session: PocketSphinxStream) {
         decoder.process(samples)
         samplesProcessed += samples.count
         let inSpeech = decoder.inSpeech
@@ -287,7 +287,7 @@ private final class PocketSphinxDecodeLoop {
 
     /// Ends the utterance in progress (if any) with a final marked `fromFinalize`, empty when
     /// nothing was pending, and starts listening again.
-    private func finalize(_ decoder: SphinxDecoder, _ session: PocketSphinxSession) {
+    private func finalize(_ decoder: SphinxDecoder, _ session: PocketSphinxStream) {
         flushPending(decoder, session)
         decoder.endUtterance()
         var result = finalResult(utteranceStarted ? decoder.hypothesis : "", fromFinalize: true)
@@ -308,7 +308,7 @@ private final class PocketSphinxDecodeLoop {
 
     /// Ends the current session: the last final only when finishing (a stop drops the pending
     /// interim), then `run()` returns or throws.
-    private func end(_ session: PocketSphinxSession, lastFinal: Bool, error: RecognitionError? = nil) {
+    private func end(_ session: PocketSphinxStream, lastFinal: Bool, error: RecognitionError? = nil) {
         if lastFinal, let decoder { flushPending(decoder, session) }
         pending.removeAll(keepingCapacity: true)
         decoder?.endUtterance()

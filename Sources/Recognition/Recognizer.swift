@@ -12,7 +12,7 @@ public struct RecognitionResult: Sendable, Equatable {
     /// Where the result's audio starts and ends, in seconds from the session's start, if known.
     public var audioStart: Double?
     public var audioEnd: Double?
-    /// The final that answers a ``RecognitionSession/finalize()`` (Deepgram's `from_finalize`).
+    /// The final that answers a ``RecognitionStream/finalize()`` (Deepgram's `from_finalize`).
     public var fromFinalize: Bool
 
     public init(
@@ -140,8 +140,8 @@ public protocol Recognizer: Sendable {
 
     /// Starts a session; returns once it accepts audio. Its events go to `events`, in order.
     /// Bounded in time: a streaming backend gives up within its connect timeout.
-    func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
-        -> any RecognitionSession
+    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionStream
 }
 
 /// What a session reports, in order.
@@ -157,7 +157,7 @@ public enum RecognitionEvent: Sendable, Equatable {
 }
 
 /// Where a session's events go. Called on the recognizer's own thread (decoder thread, event
-/// loop), never blocks; events delivered before ``RecognitionSession/run()`` returns arrive
+/// loop), never blocks; events delivered before ``RecognitionStream/run()`` returns arrive
 /// before the caller learns that it returned.
 public protocol RecognitionEventSink: Sendable {
     func deliver(_ event: RecognitionEvent)
@@ -171,8 +171,10 @@ extension RecognitionEventSink {
     public var eventLoop: (any EventLoop)? { nil }
 }
 
-/// One recognition session: audio in, events out (to the sink given at start).
-public protocol RecognitionSession: Sendable {
+/// An engine's part of one dictation session: audio in, events out (to the sink given at start).
+/// "Session" names the dictation session only (`SessionMachine`, `SessionPipeline` in Speech); what an
+/// engine runs for it is a stream.
+public protocol RecognitionStream: Sendable {
     /// Runs the session until it ends: returns after ``finish()`` once every final is delivered,
     /// or soon after ``cancel()`` (or cancellation of the calling task); throws when it fails,
     /// e.g. when audio backs up past the session's bound. The caller runs it as a child task.
@@ -197,7 +199,7 @@ public protocol RecognitionSession: Sendable {
     func abandon()
 }
 
-extension RecognitionSession {
+extension RecognitionStream {
     public func abandon() { cancel() }
 }
 

@@ -32,7 +32,7 @@ final class SessionPipeline: Sendable {
 
     private struct OpenStreams {
         var capture: (any MicrophoneStream)?
-        var recognition: (any RecognitionSession)?
+        var recognition: (any RecognitionStream)?
         /// Set by the first close; later capture reopenings are refused.
         var closing = false
         /// Closed without a flush: the recognizer is not asked for a last final.
@@ -88,9 +88,9 @@ final class SessionPipeline: Sendable {
 
     func run() async {
         let reports = SessionReportQueue(core: core, run: self)
-        let recognition: any RecognitionSession
+        let recognition: any RecognitionStream
         do {
-            recognition = try await recognizer.startSession(options, events: reports)
+            recognition = try await recognizer.startStream(options, events: reports)
         } catch {
             return await core.openFailed(self, .recognizer(error))
         }
@@ -159,7 +159,7 @@ final class SessionPipeline: Sendable {
     /// Waits for capture to end, reopening it while the sound server restarts; then tells the
     /// recognizer that no more audio comes. Returns why capture failed for good, if it did.
     /// Whatever capture it opened is closed before it returns.
-    private func pump(recognition: any RecognitionSession, tap: AudioTap) async -> CaptureError? {
+    private func pump(recognition: any RecognitionStream, tap: AudioTap) async -> CaptureError? {
         defer { links.withLock { $0.capture }?.cancel() }
         while true {
             let ended = await withTaskCancellationHandler {
@@ -300,13 +300,13 @@ final class LevelGate: Sendable {
 /// Where captured audio goes, on the capture thread: to the recognizer (which never blocks), the
 /// level meter, the voice detector and the debug recording. Nothing here waits.
 final class AudioTap: Sendable {
-    private let recognition: any RecognitionSession
+    private let recognition: any RecognitionStream
     private let reports: SessionReportQueue
     private let recording: AudioRecording?
     private let meter = Mutex(LevelMeter())
     private let voice = Mutex(VoiceDetector())
 
-    init(recognition: any RecognitionSession, reports: SessionReportQueue, recording: AudioRecording?) {
+    init(recognition: any RecognitionStream, reports: SessionReportQueue, recording: AudioRecording?) {
         self.recognition = recognition
         self.reports = reports
         self.recording = recording

@@ -124,7 +124,7 @@ import Testing
 
     @Test func aHeldPushToTalkKeyStartsOneSession() {
         var machine = Self.focusedMachine()
-        #expect(machine.handle(.pushToTalk(pressed: true)) == [.startSession])
+        #expect(machine.handle(.pushToTalk(pressed: true)) == [.startStream])
         #expect(machine.handle(.pushToTalk(pressed: true)) == [], "auto-repeat")
         #expect(machine.handle(.pushToTalk(pressed: true)) == [], "auto-repeat")
         #expect(machine.handle(.pushToTalk(pressed: false)) == [.stopSession])

@@ -13,8 +13,8 @@ final class RefusingRecognizer: Recognizer {
 
     func authorize() async -> (RecognizerAuthorization, RecognitionError?) { (.authorized, nil) }
 
-    func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
-        -> any RecognitionSession
+    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionStream
     {
         throw error
     }

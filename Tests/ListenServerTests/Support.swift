@@ -26,8 +26,8 @@ final class FakeRecognizer: Recognizer {
 
     func authorize() async -> (RecognizerAuthorization, RecognitionError?) { (.authorized, nil) }
 
-    func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
-        -> any RecognitionSession
+    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionStream
     {
         let index = stats.update { stats in
             stats.started += 1
@@ -35,11 +35,11 @@ final class FakeRecognizer: Recognizer {
             stats.samples.append(0)
             return stats.samples.count - 1
         }
-        return FakeSession(index: index, sink: events, interim: options.interimResults, stats: stats)
+        return FakeRecognitionStream(index: index, sink: events, interim: options.interimResults, stats: stats)
     }
 }
 
-final class FakeSession: RecognitionSession {
+final class FakeRecognitionStream: RecognitionStream {
     static let samplesPerWord = 8_000
     static let wordsPerUtterance = 4
 

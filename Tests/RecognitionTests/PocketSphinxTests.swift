@@ -45,7 +45,7 @@ final class EventRecorder: RecognitionEventSink {
 }
 
 /// Runs a session until it ends; its error, if it failed.
-func runToEnd(_ session: any RecognitionSession) async -> RecognitionError? {
+func runToEnd(_ session: any RecognitionStream) async -> RecognitionError? {
     do {
         try await session.run()
         return nil
@@ -54,7 +54,7 @@ func runToEnd(_ session: any RecognitionSession) async -> RecognitionError? {
     }
 }
 
-func send(_ samples: [Int16], to session: any RecognitionSession, chunk: Int = 800) {
+func send(_ samples: [Int16], to session: any RecognitionStream, chunk: Int = 800) {
     for start in stride(from: 0, to: samples.count, by: chunk) {
         session.send(AudioChunk(samples: Array(samples[start..<min(start + chunk, samples.count)])))
     }
@@ -64,7 +64,7 @@ func transcribe(_ samples: [Int16], with recognizer: PocketSphinxRecognizer, int
     -> (results: [RecognitionResult], transcript: Transcript)
 {
     let recorder = EventRecorder()
-    let session = try await recognizer.startSession(SessionOptions(interimResults: interim), events: recorder)
+    let session = try await recognizer.startStream(SessionOptions(interimResults: interim), events: recorder)
     async let failure = runToEnd(session)
     send(samples, to: session)
     session.finish()
@@ -132,11 +132,11 @@ struct PocketSphinxTests {
         let recording = try LibriVox.recordings()[0]
         let samples = try wavSamples(recording.path)
         let recorder = EventRecorder()
-        let first = try await recognizer.startSession(SessionOptions(), events: recorder)
+        let first = try await recognizer.startStream(SessionOptions(), events: recorder)
         async let failure = runToEnd(first)
         send(Array(samples.prefix(samples.count / 2)), to: first)
         let refusal = await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer.startSession(
+            _ = try await recognizer.startStream(
                 SessionOptions(servedTo: "a client of sttd's /v1/listen server"), events: EventRecorder())
         }
         #expect(refusal?.kind == .busy)
@@ -162,7 +162,7 @@ struct PocketSphinxTests {
         // Three seconds of a longer sentence: the speech goes on, so only finish() closes it.
         let samples = Array(try wavSamples(try LibriVox.recordings()[0].path).prefix(3 * AudioFormat.sampleRate))
         let recorder = EventRecorder()
-        let session = try await recognizer().startSession(SessionOptions(), events: recorder)
+        let session = try await recognizer().startStream(SessionOptions(), events: recorder)
         async let failure = runToEnd(session)
         send(samples, to: session)
         session.finish()
@@ -180,7 +180,7 @@ struct PocketSphinxTests {
     @Test func cancelEndsWithoutFinal() async throws {
         let samples = try wavSamples(try LibriVox.recordings()[0].path)
         let recorder = EventRecorder()
-        let session = try await recognizer().startSession(SessionOptions(), events: recorder)
+        let session = try await recognizer().startStream(SessionOptions(), events: recorder)
         send(Array(samples.prefix(AudioFormat.sampleRate)), to: session)
         session.cancel()
         #expect(await runToEnd(session) == nil)
@@ -192,7 +192,7 @@ struct PocketSphinxTests {
         let speech = try LibriVox.recordings().flatMap { try wavSamples($0.path) }
         let recorder = EventRecorder(holdAt: { $0 == .speechActivity(true) })
         defer { recorder.release() }
-        let session = try await recognizer().startSession(SessionOptions(), events: recorder)
+        let session = try await recognizer().startStream(SessionOptions(), events: recorder)
         send(speech, to: session)
         await recorder.waitUntilHeld()
         await withTaskGroup(of: RecognitionError?.self) { group in
@@ -221,7 +221,7 @@ struct PocketSphinxTests {
         let recognizer = try recognizer(maxQueuedAudio: .seconds(5))
         let recorder = EventRecorder(holdAt: isFinal)
         defer { recorder.release() }
-        let session = try await recognizer.startSession(SessionOptions(), events: recorder)
+        let session = try await recognizer.startStream(SessionOptions(), events: recorder)
         async let failure = runToEnd(session)
         send(sentence, to: session)
         // The decoder is stuck delivering the final while more than 5 s of audio arrives.
@@ -250,7 +250,7 @@ struct PocketSphinxTests {
 
     @Test func audioBeyondTheBoundInOneSendFailsTheSession() async throws {
         let recorder = EventRecorder()
-        let session = try await recognizer(maxQueuedAudio: .milliseconds(500)).startSession(
+        let session = try await recognizer(maxQueuedAudio: .milliseconds(500)).startStream(
             SessionOptions(), events: recorder)
         session.send(AudioChunk(samples: [Int16](repeating: 0, count: AudioFormat.sampleRate)))
         let error = await runToEnd(session)
@@ -265,7 +265,7 @@ struct PocketSphinxTests {
         #expect(error?.kind == .backendUnavailable)
         #expect(error?.message.contains("pocketsphinx-en-us") == true)
         await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+            _ = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
         }
     }
 

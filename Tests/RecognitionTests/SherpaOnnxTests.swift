@@ -45,7 +45,7 @@ func dictate(
     _ samples: [Int16], with recognizer: SherpaOnnxRecognizer, interim: Bool = true
 ) async throws -> EventRecorder {
     let recorder = EventRecorder()
-    let session = try await recognizer.startSession(SessionOptions(interimResults: interim), events: recorder)
+    let session = try await recognizer.startStream(SessionOptions(interimResults: interim), events: recorder)
     async let failure = runToEnd(session)
     send(samples, to: session)
     session.finish()
@@ -54,7 +54,7 @@ func dictate(
 }
 
 /// Feeds `samples` at the pace of speech, in 100 ms chunks as a microphone delivers them.
-func sendAtPace(_ samples: [Int16], to session: any RecognitionSession) async throws {
+func sendAtPace(_ samples: [Int16], to session: any RecognitionStream) async throws {
     for start in stride(from: 0, to: samples.count, by: 1_600) {
         session.send(AudioChunk(samples: Array(samples[start..<min(start + 1_600, samples.count)])))
         try await Task.sleep(for: .milliseconds(100))
@@ -106,7 +106,7 @@ struct SherpaOnnxTests {
         var samples: [Int16] = []
         for recording in try LibriVox.recordings() { samples += try wavSamples(recording.path) + silence(1) }
         let recorder = EventRecorder()
-        let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+        let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
         async let failure = runToEnd(session)
         // At the pace of speech (a decoder that is behind skips interims).
         try await sendAtPace(samples, to: session)
@@ -163,7 +163,7 @@ struct SherpaOnnxTests {
         let first = try wavSamples(recordings[1].path) + silence(1)
         let second = try wavSamples(recordings[0].path)
         let recorder = EventRecorder()
-        let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+        let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
         async let failure = runToEnd(session)
         send(first + second, to: session)
         // The first sentence's final, then an interim of the second, still being spoken.
@@ -195,7 +195,7 @@ struct SherpaOnnxTests {
         for broken in [noLibrary, wrongLibrary, noModel] {
             let recognizer = SherpaOnnxRecognizer(settings: broken, logger: logger)
             await #expect {
-                _ = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+                _ = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
             } throws: { error in
                 let error = error as? RecognitionError
                 return error?.kind == .backendUnavailable && error?.message.contains("scripts/setup") == true
@@ -223,7 +223,7 @@ struct SherpaOnnxTests {
         corrupt.modelDirectory = directory
         let recognizer = SherpaOnnxRecognizer(settings: corrupt, logger: logger)
         // Preflight passes (the files are there); the load fails and ends the session with it.
-        let session = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+        let session = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
         send(try wavSamples(try LibriVox.recordings()[1].path), to: session)
         session.finish()
         let failure = await runToEnd(session)
@@ -232,12 +232,12 @@ struct SherpaOnnxTests {
         // The next start fails at once with the same error, until the files change.
         let expected = try #require(failure)
         await #expect(throws: expected) {
-            _ = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+            _ = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
         }
         #expect(!recognizer.isModelLoaded)
         // Repaired (its size and time change), the model is tried again.
         try encoder.write(to: URL(fileURLWithPath: "\(directory)/encoder_model.onnx"))
-        let repaired = try await recognizer.startSession(SessionOptions(), events: EventRecorder())
+        let repaired = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
         repaired.cancel()
         _ = await runToEnd(repaired)
         // One failed load: no other decoder thread tried again while the failure's end ran.
@@ -293,7 +293,7 @@ struct SherpaOnnxTests {
                 let samples = try wavSamples(recording.path) + silence(1)
                 group.addTask {
                     let recorder = EventRecorder()
-                    let session = try await recognizer.startSession(
+                    let session = try await recognizer.startStream(
                         SessionOptions(interimResults: true), events: recorder)
                     async let failure = runToEnd(session)
                     // Faster than real time, in turns: the decoders have work from all four at once.
@@ -322,7 +322,7 @@ struct SherpaOnnxTests {
         let recognizer = SherpaOnnxRecognizer(settings: settings, logger: logger)
         let samples = try wavSamples(try LibriVox.recordings()[4].path) + silence(1)
         func speak(_ recorder: EventRecorder) async throws -> RecognitionError? {
-            let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+            let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
             async let failure = runToEnd(session)
             // At the pace of speech: interims are due every 1.5 s or so.
             try await sendAtPace(samples, to: session)
@@ -352,7 +352,7 @@ struct SherpaOnnxTests {
         let sentence = try wavSamples(try LibriVox.recordings()[0].path) + silence(1)
         _ = try await dictate(sentence, with: recognizer, interim: false)  // measures the engine's speed
         let recorder = EventRecorder()
-        let session = try await recognizer.startSession(SessionOptions(interimResults: true), events: recorder)
+        let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
         async let failure = runToEnd(session)
         try await sendAtPace(sentence, to: session)
         session.finish()
@@ -371,7 +371,7 @@ struct SherpaOnnxTests {
         let recorder = EventRecorder()
         // An earlier test's worker may still be exiting: only workers started here count.
         let earlier = Set(engineWorkers())
-        let session = try await recognizer.startSession(SessionOptions(interimResults: false), events: recorder)
+        let session = try await recognizer.startStream(SessionOptions(interimResults: false), events: recorder)
         async let failure = runToEnd(session)
         send(try wavSamples(recordings[1].path) + silence(1), to: session)
         #expect(await waitFor(timeout: .seconds(60)) { recorder.results.contains(where: \.isFinal) })
@@ -397,7 +397,7 @@ struct SherpaOnnxTests {
         let recording = try LibriVox.recordings()[0]
         let words = Array(try wavSamples(recording.path).prefix(Int(2.3 * 16_000)))
         let recorder = EventRecorder()
-        let session = try await recognizer.startSession(SessionOptions(interimResults: false), events: recorder)
+        let session = try await recognizer.startStream(SessionOptions(interimResults: false), events: recorder)
         async let failure = runToEnd(session)
         send(words, to: session)
         session.finalize()

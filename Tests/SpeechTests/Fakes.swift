@@ -102,19 +102,19 @@ final class FakeStream: MicrophoneStream {
 /// A recognizer whose sessions the test drives: it emits results, and decides what a flush says.
 final class FakeRecognizer: Recognizer {
     private struct State {
-        var sessions: [FakeSession] = []
+        var sessions: [FakeRecognitionStream] = []
         var startError: RecognitionError?
         /// What a session says when it is finished (flushed); nil: no final.
         var finalOnFinish: String?
         /// Sessions ignore finish() (a stuck flush).
         var finishHangs = false
-        /// Sessions ignore cancel() too (a wedged engine) until ``FakeSession/release()``.
+        /// Sessions ignore cancel() too (a wedged engine) until ``FakeRecognitionStream/release()``.
         var cancelHangs = false
     }
     private let state = Mutex(State())
 
-    var sessions: [FakeSession] { state.withLock { $0.sessions } }
-    var current: FakeSession? { state.withLock { $0.sessions.last } }
+    var sessions: [FakeRecognitionStream] { state.withLock { $0.sessions } }
+    var current: FakeRecognitionStream? { state.withLock { $0.sessions.last } }
 
     var startError: RecognitionError? {
         get { state.withLock { $0.startError } }
@@ -138,12 +138,12 @@ final class FakeRecognizer: Recognizer {
         return (.authorized, nil)
     }
 
-    func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
-        -> any RecognitionSession
+    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionStream
     {
-        let session = try state.withLock { state throws(RecognitionError) -> FakeSession in
+        let session = try state.withLock { state throws(RecognitionError) -> FakeRecognitionStream in
             if let error = state.startError { throw error }
-            let session = FakeSession(
+            let session = FakeRecognitionStream(
                 sink: events, options: options, finalOnFinish: state.finalOnFinish,
                 finishHangs: state.finishHangs || state.cancelHangs, cancelHangs: state.cancelHangs)
             state.sessions.append(session)
@@ -154,7 +154,7 @@ final class FakeRecognizer: Recognizer {
 }
 
 /// One fake recognition session.
-final class FakeSession: RecognitionSession {
+final class FakeRecognitionStream: RecognitionStream {
     let options: SessionOptions
     private let sink: any RecognitionEventSink
     private let finalOnFinish: String?

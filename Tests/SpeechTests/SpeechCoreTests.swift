@@ -50,7 +50,7 @@ struct CoreHarness {
     }
 
     /// Starts a session and returns its fake recognizer session and capture.
-    func start(_ options: StartOptions = StartOptions()) async throws -> (FakeSession, FakeStream) {
+    func start(_ options: StartOptions = StartOptions()) async throws -> (FakeRecognitionStream, FakeStream) {
         try await core.start(options)
         return (try #require(recognizer.current), try #require(microphone.current))
     }

@@ -8,7 +8,7 @@ public func recognize(
     _ samples: ArraySlice<Int16>, with recognizer: any Recognizer, options: SessionOptions = SessionOptions(),
     chunk: Int = 1600, events: any RecognitionEventSink
 ) async throws {
-    let session = try await recognizer.startSession(options, events: events)
+    let session = try await recognizer.startStream(options, events: events)
     try await withThrowingTaskGroup(of: Void.self) { group in
         group.addTask { try await session.run() }
         for start in stride(from: samples.startIndex, to: samples.endIndex, by: chunk) {

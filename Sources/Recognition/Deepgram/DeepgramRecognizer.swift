@@ -72,10 +72,10 @@ public final class DeepgramRecognizer: Recognizer {
 
     /// Connects (retrying 429, 5xx and network errors until the connect timeout) and returns the
     /// session, streaming. Its events go to `events`, from the connection's event loop.
-    public func startSession(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
-        -> any RecognitionSession
+    public func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+        -> any RecognitionStream
     {
-        let session = DeepgramSession(
+        let session = DeepgramStream(
             options: options, settings: settings, events: events, logger: logger,
             // One handshake per reconnect attempt: the session's loop owns the backoff.
             connect: { [self] onMessage throws(RecognitionError) in

@@ -1,6 +1,6 @@
 import Capture
 
-/// The streaming session's protocol, as a plain value: ``DeepgramSession`` feeds it what
+/// The streaming session's protocol, as a plain value: ``DeepgramStream`` feeds it what
 /// happened (calls, connections, server messages, the drain's turn) and performs the actions it
 /// returns, in order. No sockets, threads or clocks here: `now` comes with each event.
 ///

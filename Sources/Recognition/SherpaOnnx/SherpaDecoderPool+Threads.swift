@@ -39,7 +39,7 @@ extension SherpaDecoderPool {
 
     /// Loads the model for the sessions waiting (called and returning with the lock held); on
     /// failure every open session ends with the error.
-    func loadModel(for session: SherpaSession) {
+    func loadModel(for session: SherpaStream) {
         condition.unlock()
         let started = ContinuousClock.now
         let result = Result { () throws(RecognitionError) -> any SherpaDecoding in
@@ -78,7 +78,7 @@ extension SherpaDecoderPool {
 
     /// Runs one item of a session's work, outside the lock.
     func perform(
-        _ work: SherpaWork, for session: SherpaSession, engine: Scheduler.Engine?, waited: Duration
+        _ work: SherpaWork, for session: SherpaStream, engine: Scheduler.Engine?, waited: Duration
     ) {
         /// The text, or nil when the engine failed: it is dropped, and the next work loads it
         /// again (a worker process that died is started anew).

@@ -16,7 +16,7 @@ import Synchronization
 ///   interim runs only when no other work is waiting, and with several threads one is always
 ///   kept from interims (onnxruntime cannot stop a decode, so finals coming due together would
 ///   otherwise wait for interims already running); sessions queue interims only while no more
-///   of them are speaking than that one thread can take finals for (see `SherpaSession.send`),
+///   of them are speaking than that one thread can take finals for (see `SherpaStream.send`),
 ///   so interims use only capacity finals cannot need; a newer interim replaces a queued one, and
 ///   a queued interim is dropped when its utterance's speculative decode or final is queued. So
 ///   under load interims are skipped, finals never.
@@ -28,7 +28,7 @@ import Synchronization
 /// These decisions are ``SherpaScheduler``'s; the pool's threads perform its actions.
 final class SherpaDecoderPool: @unchecked Sendable {
     // @unchecked: `scheduler` is only touched with `condition` locked.
-    typealias Scheduler = SherpaScheduler<SherpaSession, any SherpaDecoding>
+    typealias Scheduler = SherpaScheduler<SherpaStream, any SherpaDecoding>
 
     let settings: SherpaSettings
     let shared: SherpaShared
@@ -75,8 +75,8 @@ final class SherpaDecoderPool: @unchecked Sendable {
 
     func begin(
         library: SherpaLibrary, model: SherpaModel, interimResults: Bool, events: any RecognitionEventSink
-    ) -> SherpaSession {
-        let session = SherpaSession(
+    ) -> SherpaStream {
+        let session = SherpaStream(
             decoders: self, library: library, model: model, interimResults: interimResults,
             segmenter: UtteranceSegmenter(), events: events)
         // Registered, it makes a thread load the model now if needed, while its audio queues.
@@ -85,7 +85,7 @@ final class SherpaDecoderPool: @unchecked Sendable {
     }
 
     /// Queues a session's work; returns the error that ends it if its backlog would overflow.
-    func enqueue(_ work: [SherpaWork], for session: SherpaSession) -> RecognitionError? {
+    func enqueue(_ work: [SherpaWork], for session: SherpaStream) -> RecognitionError? {
         for action in handle(.queued(work, for: session)) {
             if case .refuse(let error) = action { return error }
         }
@@ -98,7 +98,7 @@ final class SherpaDecoderPool: @unchecked Sendable {
     /// every thread has been on one decode for over a second so its work cannot start, the
     /// engine is given up (a worker process is killed): the threads are free at once and the
     /// next work starts a new worker. Other sessions' finals in flight there are decoded again.
-    func stop(_ session: SherpaSession, error: RecognitionError?, abandon: Bool = false) {
+    func stop(_ session: SherpaStream, error: RecognitionError?, abandon: Bool = false) {
         handle(.stop(session, error: error, abandon: abandon))
     }
 
@@ -136,7 +136,7 @@ final class SherpaDecoderPool: @unchecked Sendable {
 }
 
 /// Sessions are told apart by identity, as the scheduler's keys.
-extension SherpaSession: Hashable {
-    static func == (lhs: SherpaSession, rhs: SherpaSession) -> Bool { lhs === rhs }
+extension SherpaStream: Hashable {
+    static func == (lhs: SherpaStream, rhs: SherpaStream) -> Bool { lhs === rhs }
     func hash(into hasher: inout Hasher) { hasher.combine(ObjectIdentifier(self)) }
 }

@@ -57,7 +57,7 @@ public struct SherpaSettings: Sendable, Equatable {
 ///   after speech (during the 600 ms hangover), so an utterance that really ended has its final
 ///   ready when the hangover runs out; speech that resumes throws that decode away. An utterance
 ///   of 2 s or more ends at that pause; one longer than 20 s is split at its quietest 100 ms.
-/// - Interims (when asked for): see ``SherpaSession/minInterimSpacing``; under load they are
+/// - Interims (when asked for): see ``SherpaStream/minInterimSpacing``; under load they are
 ///   skipped (``SherpaDecoderPool``), finals never.
 /// - Memory: the model loads when a session starts (audio queues meanwhile, so no first words
 ///   are lost), stays while sessions come and go, and is unloaded `unloadAfter` after the last.
@@ -105,9 +105,9 @@ public final class SherpaOnnxRecognizer: Recognizer {
         await RecognizerAuthorization.checking { () throws(RecognitionError) in _ = try preflight() }
     }
 
-    public func startSession(
+    public func startStream(
         _ options: SessionOptions, events: any RecognitionEventSink
-    ) async throws(RecognitionError) -> any RecognitionSession {
+    ) async throws(RecognitionError) -> any RecognitionStream {
         let (library, model) = try preflight()
         // Returns at once: the model loads on the decoder thread while the session's audio queues.
         return decoders.begin(library: library, model: model, interimResults: options.interimResults, events: events)

@@ -15,7 +15,7 @@ import Synchronization
 ///
 /// Send, Finalize, CloseStream and KeepAlive all go through the connection's one ordered queue,
 /// queued under the machine's lock as it returns them, so frames leave in the order captured.
-final class DeepgramSession: HandOverSession {
+final class DeepgramStream: HandOverStream {
     typealias Connect =
         @Sendable (@escaping WebSocketConnection.MessageHandler) async throws(RecognitionError)
         -> WebSocketConnection
@@ -42,7 +42,7 @@ final class DeepgramSession: HandOverSession {
         machine = Mutex(Machine(replayCapacity: settings.replayCapacity, interimResults: options.interimResults))
     }
 
-    // MARK: - RecognitionSession
+    // MARK: - RecognitionStream
 
     func run() async throws(RecognitionError) {
         let outcome = await withTaskCancellationHandler {

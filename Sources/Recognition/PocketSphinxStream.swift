@@ -4,9 +4,9 @@ import Foundation
 import Logging
 import Synchronization
 
-/// A session of the offline engine; its work runs on the decoder thread, which also delivers
+/// The offline engine's stream of one session; its work runs on the decoder thread, which also delivers
 /// its events and ends its `run()`.
-final class PocketSphinxSession: RecognitionSession {
+final class PocketSphinxStream: RecognitionStream {
     let events: any RecognitionEventSink
     let interimResults: Bool
     private let decoder: PocketSphinxEngine

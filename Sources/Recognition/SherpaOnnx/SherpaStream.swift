@@ -3,10 +3,10 @@ import Foundation
 import Logging
 import Synchronization
 
-/// A session of the sherpa-onnx engine. Its audio is cut into utterances as it arrives (on the
+/// The sherpa-onnx engine's stream of one session. Its audio is cut into utterances as it arrives (on the
 /// caller's thread: the energy VAD is cheap); what needs the model goes to the shared decoders as
 /// ``SherpaWork``, which run a session's work in order, one item at a time, and deliver its events.
-final class SherpaSession: RecognitionSession {
+final class SherpaStream: RecognitionStream {
     let events: any RecognitionEventSink
     let interimResults: Bool
     let library: SherpaLibrary
@@ -21,7 +21,7 @@ final class SherpaSession: RecognitionSession {
         var open = true
         /// Where the last interim was cut, and how much new audio the next one needs.
         var lastInterimAt = 0
-        var interimSpacing = SherpaSession.minInterimSpacing
+        var interimSpacing = SherpaStream.minInterimSpacing
         /// Audio received, and the time interim decodes took so far: the interims' budget.
         var received = 0
         var interimTime = Duration.zero
