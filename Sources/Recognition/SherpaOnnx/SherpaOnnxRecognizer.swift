@@ -18,12 +18,12 @@ public struct SherpaSettings: Sendable, Equatable {
     /// How far the decoder may fall behind (audio queued while it loads or decodes) before a
     /// session fails.
     public var maxQueuedAudio: Duration = .seconds(30)
-    /// onnxruntime threads per decode. One: a second thread halves no latency worth its CPU on 2
-    /// cores (measured: 0.28 → 0.56 CPU s per audio s).
+    /// onnxruntime threads per decode. One: a second one doubles the CPU a decode costs on two
+    /// cores for no latency worth it (see the performance notes).
     public var threads: Int32 = 1
     /// Decodes that may run at once: two, one per core here, so a final need not wait for
     /// another session's decode (or its own session's interim). With the converted weights a
-    /// decode running beside another costs only its activations (bench rows 11 and 14).
+    /// decode running beside another costs only its activations, not a second model.
     public var decoderThreads = 2
     /// Run the model in a child process started from this executable (sttd itself, with
     /// `--offline-engine-worker`): unloading then gives all of onnxruntime's memory back, and an
