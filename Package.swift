@@ -76,15 +76,17 @@ let package = Package(
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
             ],
             swiftSettings: strictness),
+        // Voice commands, spoken punctuation, replacements and how dictated text is joined: pure.
+        .target(name: "Dictation", swiftSettings: strictness),
         .target(
             name: "History",
-            dependencies: [.product(name: "GRDB", package: "GRDB.swift")],
+            dependencies: ["Dictation", .product(name: "GRDB", package: "GRDB.swift")],
             swiftSettings: strictness),
         // The speech core: sessions, transcript, events. Knows no D-Bus.
         .target(
             name: "Speech",
             dependencies: [
-                "Capture", "Recognition", "History",
+                "Capture", "Recognition", "History", "Dictation",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -114,7 +116,7 @@ let package = Package(
         // Typing and clipboard output through the desktop's tools; knows no D-Bus and no speech.
         .target(
             name: "Output",
-            dependencies: ["CSttdSystem", "Problems", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CSttdSystem", "Problems", "Dictation", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictness),
         .target(
             name: "Control",
@@ -152,7 +154,8 @@ let package = Package(
         .target(
             name: "TestSupport",
             dependencies: [
-                "Capture", "DBus", "Recognition", "SpeechAPI", "CSttdSystem", .product(name: "Logging", package: "swift-log"),
+                "Capture", "DBus", "Dictation", "Recognition", "SpeechAPI", "CSttdSystem",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -162,7 +165,7 @@ let package = Package(
             path: "Tests/TestSupport",
             swiftSettings: strictness),
         .executableTarget(
-            name: "sttd-bench", dependencies: ["CDBus", "Capture", "DBus", "Recognition", "SpeechAPI", "TestSupport"],
+            name: "sttd-bench", dependencies: ["CDBus", "Capture", "DBus", "Dictation", "Recognition", "SpeechAPI", "TestSupport"],
             path: "Benchmarks/sttd-bench",
             swiftSettings: strictness),
 
@@ -170,12 +173,14 @@ let package = Package(
         .testTarget(
             name: "CaptureTests", dependencies: ["Capture", "TestSupport"], swiftSettings: strictness),
         .testTarget(
-            name: "RecognitionTests", dependencies: ["Recognition", "TestSupport"],
+            name: "RecognitionTests", dependencies: ["Recognition", "Dictation", "TestSupport"],
             swiftSettings: strictness),
+        .testTarget(name: "DictationTests", dependencies: ["Dictation"], swiftSettings: strictness),
         .testTarget(
             name: "HistoryTests", dependencies: ["History", "TestSupport"], swiftSettings: strictness),
         .testTarget(
-            name: "SpeechTests", dependencies: ["Speech", "Capture", "Recognition", "History", "TestSupport"],
+            name: "SpeechTests",
+            dependencies: ["Speech", "Capture", "Dictation", "Recognition", "History", "TestSupport"],
             swiftSettings: strictness),
         .testTarget(
             name: "ServiceTests",

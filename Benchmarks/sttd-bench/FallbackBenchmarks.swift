@@ -1,4 +1,5 @@
 import Capture
+import Dictation
 import Foundation
 import Logging
 import Recognition

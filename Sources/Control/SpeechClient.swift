@@ -15,6 +15,8 @@ public struct SpeechClient: Sendable {
         public var transcript: String
         public var segment: String
         public var isFinal: Bool
+        /// `TranscriptRetracted`: the final "scratch that" removed (segment empty, is_final true).
+        public var retracted: String?
     }
 
     /// Connects to the session bus; the service itself is started by bus activation on first call.
@@ -56,24 +58,27 @@ public struct SpeechClient: Sendable {
         return reply.first?.stringVariantDictionary ?? []
     }
 
-    /// `TranscriptChanged` signals as they arrive. Subscribes before returning, so no update
-    /// after this call is missed.
+    /// `TranscriptChanged` and `TranscriptRetracted` signals as they arrive. Subscribes before
+    /// returning, so no update after this call is missed.
     public func transcriptUpdates() async throws
         -> AsyncCompactMapSequence<AsyncStream<DBusSignalMessage>, TranscriptUpdate>
     {
         let signals: AsyncStream<DBusSignalMessage>
         do {
-            signals = try await connection.signals(
-                sender: Self.name, path: Self.path, interface: Self.interface,
-                member: SpeechSignal.transcriptChanged(transcript: "", segment: "", isFinal: false).name)
+            // One rule for both signals (the interface's others are few and skipped here).
+            signals = try await connection.signals(sender: Self.name, path: Self.path, interface: Self.interface)
         } catch {
             throw Self.failure(error)
         }
         return signals.compactMap { signal in
-            guard case .transcriptChanged(let transcript, let segment, let isFinal) = SpeechSignal(signal) else {
+            switch SpeechSignal(signal) {
+            case .transcriptChanged(let transcript, let segment, let isFinal):
+                return TranscriptUpdate(transcript: transcript, segment: segment, isFinal: isFinal)
+            case .transcriptRetracted(let transcript, let removed):
+                return TranscriptUpdate(transcript: transcript, segment: "", isFinal: true, retracted: removed)
+            default:
                 return nil
             }
-            return TranscriptUpdate(transcript: transcript, segment: segment, isFinal: isFinal)
         }
     }
 

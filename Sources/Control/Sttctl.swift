@@ -175,7 +175,10 @@ struct Watch: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract:
             "Follow the transcript: print each final as a line (and interim text on a terminal) until interrupted.")
-    @Flag(help: "Print every update as a JSON object per line: transcript, segment, is_final.")
+    @Flag(
+        help:
+            "Print every update as a JSON object per line: transcript, segment, is_final; a retraction (\"scratch that\") as transcript, retracted."
+    )
     var json = false
 
     func run() async throws {
@@ -183,7 +186,16 @@ struct Watch: AsyncParsableCommand {
         let updates = try await client.transcriptUpdates()
         let interactive = isatty(STDOUT_FILENO) != 0
         for await update in updates {
-            if json {
+            if let removed = update.retracted {
+                if json {
+                    print(
+                        JSONOutput.object([("transcript", .string(update.transcript)), ("retracted", .string(removed))])
+                            .line)
+                } else {
+                    if interactive { print("\r\u{1B}[K", terminator: "") }
+                    print("[scratched] \(removed)")
+                }
+            } else if json {
                 print(
                     JSONOutput.object([
                         ("transcript", .string(update.transcript)),

@@ -1,3 +1,4 @@
+import Dictation
 import Foundation
 import GRDB
 
@@ -161,6 +162,17 @@ public final class HistoryStore: Sendable {
         }
     }
 
+    /// Deletes the session's last final ("scratch that"); returns whether there was one.
+    @discardableResult
+    public func removeLastFinal(sessionID: String) throws(HistoryError) -> Bool {
+        try write("remove a retracted final") { db in
+            try db.execute(
+                sql: "DELETE FROM final WHERE id = (SELECT max(id) FROM final WHERE session_id = ?)",
+                arguments: [sessionID])
+            return db.changesCount > 0
+        }
+    }
+
     public func endSession(id: String, ended: Date = Date()) throws(HistoryError) {
         try write("end a session") { db in
             try db.execute(sql: "UPDATE session SET ended = ? WHERE id = ?", arguments: [ended.microseconds, id])
@@ -238,7 +250,8 @@ public final class HistoryStore: Sendable {
                     let id: String = row["id"]
                     let text: String = row["text"]
                     if entries.last?.id == id {
-                        entries[entries.count - 1].text += " " + text
+                        let before = entries[entries.count - 1].text
+                        entries[entries.count - 1].text += Spacing.separator(after: before, before: text) + text
                     } else {
                         entries.append(
                             HistoryEntry(

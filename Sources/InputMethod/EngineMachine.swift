@@ -30,10 +30,20 @@ public struct EngineMachine: Sendable {
         /// Everything ibus-daemon sent before the round trip numbered so has been read.
         case settled(UInt64)
         case preedit(String)
-        case commit(String)
+        /// A final's text, a deletion ("scratch that") or a key ("press enter") from sttd.
+        case deliver(Delivery)
         /// sttd (re)appeared on the session bus: it must hear the state again.
         case sttdAppeared
         case pushToTalk(pressed: Bool)
+    }
+
+    /// What sttd asks to put into the focused field, in order.
+    public enum Delivery: Sendable, Equatable {
+        case commit(String)
+        /// Delete this many Unicode characters before the cursor.
+        case delete(Int)
+        /// Press and release the key with this X keysym name.
+        case key(String)
     }
 
     /// An output to carry out, in order.
@@ -42,6 +52,10 @@ public struct EngineMachine: Sendable {
         case showPreedit(path: String, text: String)
         /// `CommitText` on the engine at `path`.
         case commit(path: String, text: String)
+        /// `DeleteSurroundingText` before the cursor on the engine at `path`.
+        case deleteBefore(path: String, characters: Int)
+        /// `ForwardKeyEvent` (press, then release) on the engine at `path`.
+        case forwardKey(path: String, keysym: String)
         /// Tell sttd with `SetInputMethodState`.
         case report(InputMethodState)
         /// Make a round trip to ibus-daemon, then feed ``Event/settled(_:)`` with this number.
@@ -66,7 +80,7 @@ public struct EngineMachine: Sendable {
     /// The focus change being settled, if any; text waits meanwhile.
     private var settling: UInt64?
     private var rounds: UInt64 = 0
-    private var pending: [String] = []
+    private var pending: [Delivery] = []
     /// The current interim, and where it is shown.
     private var preedit = ""
     private var shownOn: String?
@@ -130,13 +144,13 @@ public struct EngineMachine: Sendable {
         case .preedit(let text):
             preedit = text
             actions += showPreedit()
-        case .commit(let text):
-            preedit = ""
+        case .deliver(let delivery):
+            if case .commit = delivery { preedit = "" }
             if settling != nil {
-                pending.append(text)
+                pending.append(delivery)
                 if pending.count > Self.pendingLimit { pending.removeFirst() }
             } else {
-                actions += deliver(text)
+                actions += deliver(delivery)
             }
         case .sttdAppeared:
             reported = nil
@@ -171,18 +185,26 @@ public struct EngineMachine: Sendable {
         return focused
     }
 
-    private mutating func deliver(_ text: String) -> [Action] {
+    private mutating func deliver(_ delivery: Delivery) -> [Action] {
         guard let target else {
+            guard case .commit(let text) = delivery else { return [] }
             let secret = focused.flatMap { engines[$0] }.map { Self.isSecret($0.purpose) } ?? false
             return [.dropped(characters: text.count, secret: secret)]
         }
-        var actions: [Action] = []
-        if shownOn == target {
-            actions.append(.showPreedit(path: target, text: ""))
-            shownOn = nil
+        switch delivery {
+        case .commit(let text):
+            var actions: [Action] = []
+            if shownOn == target {
+                actions.append(.showPreedit(path: target, text: ""))
+                shownOn = nil
+            }
+            actions.append(.commit(path: target, text: text))
+            return actions
+        case .delete(let characters):
+            return characters > 0 ? [.deleteBefore(path: target, characters: characters)] : []
+        case .key(let keysym):
+            return [.forwardKey(path: target, keysym: keysym)]
         }
-        actions.append(.commit(path: target, text: text))
-        return actions
     }
 
     private mutating func deliverPending() -> [Action] {

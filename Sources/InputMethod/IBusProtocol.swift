@@ -16,6 +16,27 @@ public enum IBus {
 
     /// `IBUS_RELEASE_MASK`: the key event is a release.
     static let releaseMask: UInt32 = 1 << 30
+
+    /// The keys voice commands press: X keyval and Linux evdev key code (IBus key codes are
+    /// evdev codes, the X key code less 8).
+    static func key(named keysym: String) -> (keyval: UInt32, keycode: UInt32)? {
+        switch keysym {
+        case "Return": (0xff0d, 28)
+        case "Tab": (0xff09, 15)
+        case "Escape": (0xff1b, 1)
+        case "BackSpace": (0xff08, 14)
+        case "Delete": (0xffff, 111)
+        case "Up": (0xff52, 103)
+        case "Down": (0xff54, 108)
+        case "Left": (0xff51, 105)
+        case "Right": (0xff53, 106)
+        case "Home": (0xff50, 102)
+        case "End": (0xff57, 107)
+        case "Prior": (0xff55, 104)
+        case "Next": (0xff56, 109)
+        default: nil
+        }
+    }
     /// `IBUS_ENGINE_PREEDIT_CLEAR`: a preedit left at focus-out is dropped, not committed (it is
     /// an interim; its final comes later).
     static let preeditClear: UInt32 = 0

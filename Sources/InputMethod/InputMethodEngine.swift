@@ -215,6 +215,15 @@ public final class InputMethodEngine: Sendable {
             signals: [
                 DBusSignal("CommitText", arguments: [DBusArgument("text", .variant)]),
                 DBusSignal(
+                    "DeleteSurroundingText",
+                    arguments: [DBusArgument("offset_from_cursor", .int32), DBusArgument("nchars", .uint32)]),
+                DBusSignal(
+                    "ForwardKeyEvent",
+                    arguments: [
+                        DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
+                        DBusArgument("state", .uint32),
+                    ]),
+                DBusSignal(
                     "UpdatePreeditText",
                     arguments: [
                         DBusArgument("text", .variant), DBusArgument("cursor_pos", .uint32),
@@ -241,6 +250,19 @@ public final class InputMethodEngine: Sendable {
                 ])
         case .commit(let path, let text):
             emit(on: ibus, path: path, "CommitText", [IBus.text(text)])
+        case .deleteBefore(let path, let characters):
+            emit(
+                on: ibus, path: path, "DeleteSurroundingText",
+                [.int32(-Int32(clamping: characters)), .uint32(UInt32(clamping: characters))])
+        case .forwardKey(let path, let keysym):
+            guard let key = IBus.key(named: keysym) else {
+                return logger.warning(
+                    "sttd asked for a key this engine does not know", metadata: ["keysym": "\(keysym)"])
+            }
+            emit(on: ibus, path: path, "ForwardKeyEvent", [.uint32(key.keyval), .uint32(key.keycode), .uint32(0)])
+            emit(
+                on: ibus, path: path, "ForwardKeyEvent",
+                [.uint32(key.keyval), .uint32(key.keycode), .uint32(IBus.releaseMask)])
         case .report(let state):
             reports.yield(state)
         case .settle(let round):
@@ -279,7 +301,9 @@ public final class InputMethodEngine: Sendable {
         for await message in signals {
             switch SpeechSignal(message) {
             case .inputMethodPreedit(let text): queue.yield(.preedit(text))
-            case .inputMethodCommit(let text): queue.yield(.commit(text))
+            case .inputMethodCommit(let text): queue.yield(.deliver(.commit(text)))
+            case .inputMethodDelete(let characters): queue.yield(.deliver(.delete(Int(characters))))
+            case .inputMethodKey(let keysym): queue.yield(.deliver(.key(keysym)))
             default: break
             }
         }

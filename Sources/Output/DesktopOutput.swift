@@ -1,4 +1,5 @@
 import CSttdSystem
+import Dictation
 import Foundation
 import Logging
 
@@ -49,6 +50,12 @@ public final class DesktopOutput: Sendable {
     public func type(_ text: String, done: @escaping @Sendable (OutputError?) -> Void) {
         let engine = engine
         enqueue(done) { () throws(OutputError) in try engine.type(text) }
+    }
+
+    /// Presses `keys` in order in the focused window, after everything queued before.
+    public func press(_ keys: [Key], done: @escaping @Sendable (OutputError?) -> Void) {
+        let engine = engine
+        enqueue(done) { () throws(OutputError) in try engine.press(keys) }
     }
 
     /// Puts `text` on the CLIPBOARD selection (PRIMARY untouched); with paste, pastes it into the
@@ -208,8 +215,45 @@ final class OutputEngine: Sendable {
 
     // MARK: - Steps (worker thread)
 
+    /// Types `text`; each line break in it is an Enter key press.
     func type(_ text: String) throws(OutputError) {
-        let text = OutputText.sanitized(text)
+        for (index, line) in OutputText.sanitized(text).split(separator: "\n", omittingEmptySubsequences: false)
+            .enumerated()
+        {
+            if index > 0 { try press([.enter]) }
+            try typeLine(String(line))
+        }
+    }
+
+    /// Presses keys in order, a hundred to a tool run.
+    func press(_ keys: [Key]) throws(OutputError) {
+        guard !keys.isEmpty else { return }
+        let tool = try typingTool()
+        for start in stride(from: 0, to: keys.count, by: 100) {
+            let chunk = keys[start..<min(start + 100, keys.count)]
+            let arguments: [String] =
+                switch tool {
+                case .xdotool: ["key", "--delay", "0"] + chunk.map(\.keysym)
+                case .wtype: ["-s", "\(Self.wtypeLeadIn)"] + chunk.flatMap { ["-k", $0.keysym] }
+                case .ydotool: ["key"] + chunk.map(Self.ydotoolName)
+                }
+            try check(
+                runner.run(tool.rawValue, arguments, timeout: .seconds(5) + .milliseconds(20 * chunk.count)), tool)
+        }
+        logger.debug("Output: keys pressed", metadata: ["tool": "\(tool.rawValue)", "keys": "\(keys.count)"])
+    }
+
+    /// ydotool 0.1.8's name for a key (libevdevPlus's table; an unknown name types its first letter).
+    static func ydotoolName(_ key: Key) -> String {
+        switch key {
+        case .escape: "esc"
+        case .pageUp: "pageup"
+        case .pageDown: "pagedown"
+        default: key.rawValue
+        }
+    }
+
+    private func typeLine(_ text: String) throws(OutputError) {
         guard !text.isEmpty else { return }
         let tool = try typingTool()
         let start = ContinuousClock.now

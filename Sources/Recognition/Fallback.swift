@@ -22,6 +22,7 @@ public protocol HandOverStream: RecognitionStream {
 /// certificate that does not verify, HTTP 400) never fall back: the user has to fix them. A
 /// session that fell back never returns to the server; the next session tries it again.
 public final class FallbackRecognizer: Recognizer {
+    public var writesPunctuation: Bool { primary.writesPunctuation }
     private let primary: any Recognizer
     private let fallback: any Recognizer
     private let after: Duration

@@ -58,6 +58,8 @@ public struct PocketSphinxModel: Sendable, Equatable {
 /// stand, and its `run()` throws a `backendUnavailable` error that names the bound. Control work
 /// (loading, starting, finishing, cancelling) is never refused.
 public final class PocketSphinxRecognizer: Recognizer {
+    /// pocketsphinx writes lowercase words without marks.
+    public var writesPunctuation: Bool { false }
     private let decoder: PocketSphinxEngine
     private let directory: String
     private let validator: (@Sendable (String) async -> Bool)?

@@ -142,6 +142,14 @@ public protocol Recognizer: Sendable {
     /// Bounded in time: a streaming backend gives up within its connect timeout.
     func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
+
+    /// Whether the engine writes punctuation and capitals itself (spoken punctuation is off by
+    /// default for such engines).
+    var writesPunctuation: Bool { get }
+}
+
+extension Recognizer {
+    public var writesPunctuation: Bool { true }
 }
 
 /// What a session reports, in order.

@@ -1,3 +1,4 @@
+import Dictation
 import Logging
 import Output
 import Recognition
@@ -94,6 +95,17 @@ private final class InputMethodDictationSession: DictationOutputSession {
         route.preedit(text)
     }
 
+    func press(_ key: Key) {
+        if route.activeState != nil, route.press(keysym: key.keysym) { return }
+        fallbackSession()?.press(key)
+    }
+
+    /// IBus deletes surrounding text in Unicode characters (GTK counts code points).
+    func retract(_ typed: String) {
+        if route.activeState != nil, route.delete(characters: typed.unicodeScalars.count) { return }
+        fallbackSession()?.retract(typed)
+    }
+
     func finish(transcript: String?, done: @escaping @Sendable () -> Void) {
         route.preedit("")
         guard let fallback = state.withLock({ $0.fallback }) else { return done() }
@@ -155,7 +167,19 @@ final class DesktopDictationSession: DictationOutputSession {
     }
 
     func type(_ text: String) {
+        guard mode == .type else { return }
         desktop.type(text) { [self] error in report(error) }
+    }
+
+    func press(_ key: Key) {
+        guard mode == .type else { return }
+        desktop.press([key]) { [self] error in report(error) }
+    }
+
+    /// A backspace for each character (grapheme) typed.
+    func retract(_ typed: String) {
+        guard mode == .type, !typed.isEmpty else { return }
+        desktop.press(Array(repeating: .backspace, count: typed.count)) { [self] error in report(error) }
     }
 
     func finish(transcript: String?, done: @escaping @Sendable () -> Void) {

@@ -90,6 +90,7 @@ public struct Configuration: Sendable, Equatable {
     public var server = Server()
     public var debug = Debug()
     public var ibus = IBus()
+    public var text = Text()
 
     /// The `[local]` table.
     public struct Local: Sendable, Equatable {
@@ -301,6 +302,7 @@ public struct Configuration: Sendable, Equatable {
                 )
             }
         }
+        try readText(&reader)
         if let ibusTable = try reader.table("ibus") {
             var ibusReader = TableReader(table: ibusTable, prefix: "ibus.")
             ibus.pushToTalk = try ibusReader.string("push_to_talk", default: ibus.pushToTalk)

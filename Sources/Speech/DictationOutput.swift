@@ -1,3 +1,5 @@
+import Dictation
+
 /// Where a session's text goes on the desktop: typed into the focused window, or put on the
 /// clipboard at stop. The Output module implements it; the core calls it and knows no tool.
 public protocol DictationOutput: Sendable {
@@ -12,6 +14,12 @@ public protocol DictationOutput: Sendable {
 public protocol DictationOutputSession: Sendable {
     /// Types `text` (a final with its leading separator) after everything before it; returns at once.
     func type(_ text: String)
+
+    /// Presses `key` after everything before it.
+    func press(_ key: Key)
+
+    /// Takes back `typed` (the last text typed, with its separator) from before the cursor.
+    func retract(_ typed: String)
 
     /// Shows `text` (the pending interim with its leading separator; empty: nothing) where the
     /// next final will go, replacing what was shown. Only an input method can; tools ignore it.

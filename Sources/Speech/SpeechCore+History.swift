@@ -19,15 +19,23 @@ extension SpeechCore {
     }
 
     /// Commits a final before anyone hears of it, so a crash right after loses nothing signalled.
-    func store(_ result: RecognitionResult) {
-        guard let history, let historyID else { return }
-        let text = Transcript.normalized(result.text)
-        guard !text.isEmpty else { return }
+    func store(_ text: String, of result: RecognitionResult) {
+        guard let history, let historyID, !text.isEmpty else { return }
         do {
             try history.appendFinal(
                 sessionID: historyID, text: text, audioStart: result.audioStart, audioEnd: result.audioEnd)
         } catch {
             logger.error("history: final not stored", metadata: ["reason": "\(error.description)"])
+        }
+    }
+
+    /// "scratch that": the session's last final leaves history too.
+    func retractFromHistory() {
+        guard let history, let historyID else { return }
+        do {
+            try history.removeLastFinal(sessionID: historyID)
+        } catch {
+            logger.error("history: retracted final not removed", metadata: ["reason": "\(error.description)"])
         }
     }
 

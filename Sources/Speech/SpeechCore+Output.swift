@@ -1,3 +1,4 @@
+import Dictation
 import Logging
 import Recognition
 
@@ -14,20 +15,27 @@ extension SpeechCore {
         return ActiveOutput(mode: mode, session: outputSession)
     }
 
-    func typeFinal(_ text: String) {
-        guard var output = activeOutput, output.mode == .type else { return }
-        let text = Transcript.normalized(text)
-        guard !text.isEmpty else { return }
-        output.session.type(output.typedAny ? " " + text : text)
-        output.typedAny = true
-        activeOutput = output
+    /// Types a final as the transcript joined it (with its separator).
+    func typeFinal(_ typed: String) {
+        guard let output = activeOutput, output.mode == .type, !typed.isEmpty else { return }
+        output.session.type(typed)
     }
 
     /// The pending interim, shown where the next final will be typed (an input method's preedit).
     func showInterim(_ text: String) {
         guard let output = activeOutput, output.mode == .type else { return }
-        let text = Transcript.normalized(text)
-        output.session.preedit(text.isEmpty || !output.typedAny ? text : " " + text)
+        output.session.preedit(text.isEmpty ? "" : transcript.separator(before: text) + text)
+    }
+
+    func press(_ key: Key) {
+        guard let output = activeOutput, output.mode == .type else { return }
+        output.session.press(key)
+    }
+
+    /// Takes back what was typed for a retracted final.
+    func retractTyped(_ typed: String) {
+        guard let output = activeOutput, output.mode == .type else { return }
+        output.session.retract(typed)
     }
 
     /// A tool failed: the session goes on and the text stays in the transcript and history.

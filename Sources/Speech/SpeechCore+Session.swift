@@ -1,4 +1,5 @@
 import Capture
+import Dictation
 import Foundation
 import History
 import Logging
@@ -66,6 +67,7 @@ extension SpeechCore {
             if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
         case .fellBack(let reason):
             self.session?.fellBack = reason
+            self.session?.dictation = dictation(for: .local, language: run.options.language)
             // The streaming backend's interim will not become a final: the offline engine
             // recognizes that audio again.
             dropInterim()
@@ -158,27 +160,63 @@ extension SpeechCore {
 
     // MARK: Transcript
 
+    /// A result through the session's `[text]` rules: an interim shows its words; a final's
+    /// edits (text, keys, "scratch that", "stop listening") apply in order.
     func apply(_ result: RecognitionResult) {
-        guard transcript.apply(result) else { return }
-        if result.isFinal {
-            store(result)
-            typeFinal(result.text)
-        } else {
-            showInterim(result.text)
+        let dictation = session?.dictation ?? Dictation(rules: DictationRules())
+        guard result.isFinal else {
+            rawInterim = result.text
+            let shown = dictation.preview(result.text)
+            guard transcript.setInterim(shown) else { return }
+            showInterim(shown)
+            publish(.transcript(transcript.text, update: TranscriptUpdate(segment: shown, isFinal: false)))
+            return
         }
-        publish(
-            .transcript(
-                transcript.text,
-                update: TranscriptUpdate(segment: Transcript.normalized(result.text), isFinal: result.isFinal)))
+        rawInterim = ""
+        let edits = dictation.edits(for: result.text)
+        if !edits.contains(where: { if case .text = $0 { true } else { false } }), !transcript.interim.isEmpty {
+            // The words shown meanwhile were a command: they go, as an empty final says.
+            transcript.dropInterim()
+            showInterim("")
+            publish(.transcript(transcript.text, update: TranscriptUpdate(segment: "", isFinal: true)))
+        }
+        for edit in edits {
+            switch edit {
+            case .text(let text):
+                let typed = transcript.append(text)
+                store(text, of: result)
+                typeFinal(typed)
+                publish(.transcript(transcript.text, update: TranscriptUpdate(segment: text, isFinal: true)))
+            case .press(let key):
+                transcript.seal()
+                press(key)
+            case .scratchThat:
+                scratchThat()
+            case .stopListening:
+                logger.info("\"stop listening\" said: stopping")
+                call({ .stop($0) }, reply: { _, _ in })
+            }
+        }
+    }
+
+    /// Removes the last final from the transcript, history and the window.
+    func scratchThat() {
+        guard let (final, typed) = transcript.retractLast() else {
+            return logger.info("\"scratch that\" said with nothing to remove (none yet, or sent with a key)")
+        }
+        retractFromHistory()
+        retractTyped(typed)
+        publish(.retracted(transcript.text, removed: final))
     }
 
     /// Keeps the pending interim as a final: stored, then reported as one.
     func promoteInterim() {
-        guard !transcript.interim.isEmpty else { return }
-        apply(RecognitionResult(text: transcript.interim, isFinal: true))
+        guard !rawInterim.isEmpty else { return }
+        apply(RecognitionResult(text: rawInterim, isFinal: true))
     }
 
     func dropInterim() {
+        rawInterim = ""
         guard !transcript.interim.isEmpty else { return }
         transcript.dropInterim()
         showInterim("")

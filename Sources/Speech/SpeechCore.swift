@@ -1,4 +1,5 @@
 import Capture
+import Dictation
 import Foundation
 import History
 import Logging
@@ -19,14 +20,14 @@ struct SessionRecord {
     /// Trailing silence that stops the session by itself (nil: auto-stop is off).
     let autoStopAfter: TimeAmount?
     var autoStop: AutoStop?
+    /// The `[text]` rules for the engine now recognizing.
+    var dictation: Dictation
 }
 
 /// The desktop output of the running (or just ended) session.
 struct ActiveOutput {
     let mode: OutputMode
     let session: any DictationOutputSession
-    /// Whether a final was typed yet: the next one is preceded by a space.
-    var typedAny = false
 }
 
 /// The engines a core starts sessions with, by backend.
@@ -82,6 +83,8 @@ public actor SpeechCore {
 
     var machine = Machine()
     var transcript = Transcript()
+    /// The pending interim as the engine wrote it (the transcript holds it as shown).
+    var rawInterim = ""
     var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
     var nextCallID: Machine.CallID = 0
     var session: SessionRecord? {
@@ -279,7 +282,8 @@ public actor SpeechCore {
         let source = options.source ?? settings.source
         let sessionOptions = SessionOptions(
             language: options.language ?? settings.language,
-            interimResults: options.interimResults ?? configuration.interimResults, keyterms: options.keyterms)
+            interimResults: options.interimResults ?? configuration.interimResults,
+            keyterms: options.keyterms.isEmpty ? configuration.text.vocabulary : options.keyterms)
         let run = SessionPipeline(
             token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: sessionOptions,
             recognizer: recognizers[backend], microphone: microphone, core: self,
@@ -289,11 +293,20 @@ public actor SpeechCore {
             audioDirectory: configuration.debug.audioDirectory.isEmpty ? nil : configuration.debug.audioDirectory)
         let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
         session = SessionRecord(
-            run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil)
+            run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
+            dictation: dictation(for: backend, language: sessionOptions.language))
         if case .terminated = jobQueue.yield({ await run.run() }) {
             session = nil
             handle(.openFailed(.internal(Self.shuttingDown)))
         }
+    }
+
+    /// The `[text]` rules for `backend`'s engine and `language`.
+    func dictation(for backend: Backend, language: String) -> Dictation {
+        let engine = recognizers[backend]
+        return Dictation(
+            rules: configuration.text.rules(
+                language: language, enginePunctuates: engine.writesPunctuation, offline: backend == .local))
     }
 
     func armStopTimeout(for session: SessionPipeline) {

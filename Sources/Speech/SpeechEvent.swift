@@ -22,6 +22,8 @@ public enum SpeechEvent: Sendable, Equatable {
     /// The transcript changed; `update` is the result that changed it, nil when it was reset
     /// for a new session or an interim was dropped (the property changes, no signal).
     case transcript(String, update: TranscriptUpdate?)
+    /// "scratch that" removed `removed`, the last final; the first value is the whole text now.
+    case retracted(String, removed: String)
     /// Voice activity started or stopped.
     case speechActivity(Bool)
     /// A level reading (RMS dBFS), at most 10 per second while listening.

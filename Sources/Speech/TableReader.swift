@@ -13,7 +13,7 @@ struct TableReader {
         self.prefix = prefix
     }
 
-    private func wrongType(_ key: String, _ value: any TOMLValueConvertible, _ expected: String) -> ConfigurationError {
+    func wrongType(_ key: String, _ value: any TOMLValueConvertible, _ expected: String) -> ConfigurationError {
         ConfigurationError(
             "\(prefix)\(key) = \(value.debugDescription) is a \(value.type), but it must be \(expected).")
     }

@@ -130,6 +130,8 @@ extension SpeechProperty where Value == String {
 /// The signals of `io.github.sttd.Speech1` with typed arguments.
 public enum SpeechSignal: Sendable, Equatable {
     case transcriptChanged(transcript: String, segment: String, isFinal: Bool)
+    /// "scratch that" removed `removed`, the last final; `transcript` is the whole text now.
+    case transcriptRetracted(transcript: String, removed: String)
     case sessionFailed(errorName: String, message: String)
     case audioLevel(rmsDBFS: Double)
     case speechActivity(speaking: Bool)
@@ -138,10 +140,17 @@ public enum SpeechSignal: Sendable, Equatable {
     case inputMethodPreedit(text: String)
     /// To the input method only: insert `text` into the focused field, clearing the preedit.
     case inputMethodCommit(text: String)
+    /// To the input method only: delete `characters` Unicode characters before the cursor.
+    case inputMethodDelete(characters: UInt32)
+    /// To the input method only: press and release the key with this X keysym name.
+    case inputMethodKey(keysym: String)
 
     public var name: String {
         switch self {
         case .transcriptChanged: "TranscriptChanged"
+        case .transcriptRetracted: "TranscriptRetracted"
+        case .inputMethodDelete: "InputMethodDelete"
+        case .inputMethodKey: "InputMethodKey"
         case .sessionFailed: "SessionFailed"
         case .audioLevel: "AudioLevel"
         case .speechActivity: "SpeechActivity"
@@ -155,6 +164,10 @@ public enum SpeechSignal: Sendable, Equatable {
         switch self {
         case .transcriptChanged(let transcript, let segment, let isFinal):
             [("transcript", .string(transcript)), ("segment", .string(segment)), ("is_final", .boolean(isFinal))]
+        case .transcriptRetracted(let transcript, let removed):
+            [("transcript", .string(transcript)), ("removed", .string(removed))]
+        case .inputMethodDelete(let characters): [("characters", .uint32(characters))]
+        case .inputMethodKey(let keysym): [("keysym", .string(keysym))]
         case .sessionFailed(let errorName, let message):
             [("error_name", .string(errorName)), ("message", .string(message))]
         case .audioLevel(let level): [("rms_dbfs", .double(level))]
@@ -166,11 +179,14 @@ public enum SpeechSignal: Sendable, Equatable {
     /// One example of each signal: the declarations are derived from these.
     static let prototypes: [SpeechSignal] = [
         .transcriptChanged(transcript: "", segment: "", isFinal: false),
+        .transcriptRetracted(transcript: "", removed: ""),
         .sessionFailed(errorName: "", message: ""),
         .audioLevel(rmsDBFS: 0),
         .speechActivity(speaking: false),
         .inputMethodPreedit(text: ""),
         .inputMethodCommit(text: ""),
+        .inputMethodDelete(characters: 0),
+        .inputMethodKey(keysym: ""),
     ]
 
     public static var declarations: [DBusSignal] {
@@ -189,6 +205,15 @@ public enum SpeechSignal: Sendable, Equatable {
                 let isFinal = arguments[2].boolean
             else { return nil }
             self = .transcriptChanged(transcript: transcript, segment: segment, isFinal: isFinal)
+        case ("TranscriptRetracted", 2):
+            guard let transcript = arguments[0].string, let removed = arguments[1].string else { return nil }
+            self = .transcriptRetracted(transcript: transcript, removed: removed)
+        case ("InputMethodDelete", 1):
+            guard let characters = arguments[0].uint32 else { return nil }
+            self = .inputMethodDelete(characters: characters)
+        case ("InputMethodKey", 1):
+            guard let keysym = arguments[0].string else { return nil }
+            self = .inputMethodKey(keysym: keysym)
         case ("SessionFailed", 2):
             guard let name = arguments[0].string, let text = arguments[1].string else { return nil }
             self = .sessionFailed(errorName: name, message: text)

@@ -57,7 +57,7 @@ public struct DesktopNotifier: Sendable {
                 listening = false
                 shown = await notify(
                     replacing: shown, "Dictation stopped — \(words) \(words == 1 ? "word" : "words")", "", urgency: 0)
-            case .transcript(let text, _):
+            case .transcript(let text, _), .retracted(let text, _):
                 words = text.split(whereSeparator: \.isWhitespace).count
             case .sessionFailed(let error):
                 listening = false

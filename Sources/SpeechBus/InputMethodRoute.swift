@@ -72,6 +72,14 @@ public final class InputMethodRoute: Sendable {
     @discardableResult
     public func commit(_ text: String) -> Bool { send(.inputMethodCommit(text: text)) }
 
+    /// Deletes `characters` Unicode characters before the cursor; false when no input method is active.
+    @discardableResult
+    public func delete(characters: Int) -> Bool { send(.inputMethodDelete(characters: UInt32(clamping: characters))) }
+
+    /// Presses a key (X keysym name) in the focused field; false when no input method is active.
+    @discardableResult
+    public func press(keysym: String) -> Bool { send(.inputMethodKey(keysym: keysym)) }
+
     private func send(_ signal: SpeechSignal) -> Bool {
         guard let name = attached.withLock({ $0?.state.active == true ? $0?.name : nil }),
             let object = object.withLock({ $0 })

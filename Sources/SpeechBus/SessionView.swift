@@ -35,7 +35,7 @@ final class SessionView: Sendable {
                 $0.listening = now != .idle
                 if now == .idle { $0.destination = nil }
             }
-        case .transcript(let text, _):
+        case .transcript(let text, _), .retracted(let text, _):
             state.withLock { $0.transcript = text }
         default:
             break

@@ -135,6 +135,10 @@ public final class SpeechBusAdapter: Sendable {
             }
             object.setProperty(
                 SpeechProperty.transcript.name, .string(text), interface: SpeechAPI.interface, destination: destination)
+        case .retracted(let text, let removed):
+            object.emit(.transcriptRetracted(transcript: text, removed: removed), to: destination)
+            object.setProperty(
+                SpeechProperty.transcript.name, .string(text), interface: SpeechAPI.interface, destination: destination)
         case .speechActivity(let speaking):
             object.emit(.speechActivity(speaking: speaking), to: destination)
         case .audioLevel(let level):

@@ -50,7 +50,7 @@ import Testing
         _ = machine.handle(.enabled(path: Self.field))
         #expect(machine.handle(.focusIn(path: Self.field, client: "fake")) == [])
         #expect(machine.state == InputMethodState(active: true))
-        #expect(machine.handle(.commit("lost")) == [.dropped(characters: 4, secret: false)])
+        #expect(machine.handle(.deliver(.commit("lost"))) == [.dropped(characters: 4, secret: false)])
     }
 
     @Test func interimsArePreeditAndAFinalReplacesThem() {
@@ -58,10 +58,10 @@ import Testing
         #expect(machine.handle(.preedit("hel")) == [.showPreedit(path: Self.field, text: "hel")])
         #expect(machine.handle(.preedit("hello wor")) == [.showPreedit(path: Self.field, text: "hello wor")])
         #expect(
-            machine.handle(.commit("hello world"))
+            machine.handle(.deliver(.commit("hello world")))
                 == [.showPreedit(path: Self.field, text: ""), .commit(path: Self.field, text: "hello world")])
         // A commit with no preedit shown commits only.
-        #expect(machine.handle(.commit(" again")) == [.commit(path: Self.field, text: " again")])
+        #expect(machine.handle(.deliver(.commit(" again"))) == [.commit(path: Self.field, text: " again")])
         // An empty interim hides nothing that is not shown.
         #expect(machine.handle(.preedit("")) == [])
     }
@@ -71,7 +71,7 @@ import Testing
             var machine = Self.focusedMachine(purpose: purpose)
             #expect(machine.state == InputMethodState(active: true, focused: true, secret: true))
             #expect(machine.handle(.preedit("secret words")) == [])
-            #expect(machine.handle(.commit("secret words")) == [.dropped(characters: 12, secret: true)])
+            #expect(machine.handle(.deliver(.commit("secret words"))) == [.dropped(characters: 12, secret: true)])
         }
     }
 
@@ -84,7 +84,7 @@ import Testing
         #expect(
             Self.texts(machine.handle(.focusIn(path: password, client: "gtk3-im:test"))) == [.settle(2)])
         #expect(machine.state == InputMethodState(active: true), "not focused until settled")
-        #expect(machine.handle(.commit("meant for nobody")) == [])
+        #expect(machine.handle(.deliver(.commit("meant for nobody"))) == [])
         #expect(machine.handle(.contentType(path: password, purpose: 8)) == [])
         let settled = machine.handle(.settled(2))
         #expect(Self.texts(settled) == [.dropped(characters: 16, secret: true)])
@@ -97,8 +97,8 @@ import Testing
         _ = machine.handle(.created(path: other))
         _ = machine.handle(.enabled(path: other))
         _ = machine.handle(.focusIn(path: other, client: "gtk3-im:test"))
-        _ = machine.handle(.commit("one"))
-        _ = machine.handle(.commit(" two"))
+        _ = machine.handle(.deliver(.commit("one")))
+        _ = machine.handle(.deliver(.commit(" two")))
         _ = machine.handle(.preedit(" thr"))
         #expect(machine.handle(.settled(1)) == [], "an older round settles nothing")
         #expect(
@@ -141,7 +141,7 @@ import Testing
         _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:other"))
         _ = machine.handle(.focusOut(path: Self.field))
         _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:test"))
-        for index in 0..<(EngineMachine.pendingLimit + 10) { _ = machine.handle(.commit("w\(index)")) }
+        for index in 0..<(EngineMachine.pendingLimit + 10) { _ = machine.handle(.deliver(.commit("w\(index)"))) }
         let commits = machine.handle(.settled(3)).compactMap { action -> String? in
             if case .commit(_, let text) = action { return text } else { return nil }
         }

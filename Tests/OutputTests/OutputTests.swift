@@ -62,7 +62,8 @@ struct RealWindowTests {
         }
         #expect(await typed(output, parts.last!) == nil)
         #expect(answers.withLock { $0 } == [OutputError?](repeating: nil, count: parts.count - 1))
-        let expected = "Hello world. café Straße ✓ naïve 😀 it's 100% (ok) <yes> line break tab end."
+        // A line break is Enter; a tab is a space (never a key that moves the focus).
+        let expected = "Hello world. café Straße ✓ naïve 😀 it's 100% (ok) <yes> line\nbreak tab\nend."
         #expect(await window.waitForText(expected), "received \(window.text.debugDescription)")
     }
 

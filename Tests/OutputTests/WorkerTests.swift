@@ -32,8 +32,8 @@ struct WorkerTests {
         worker.close()
     }
 
-    @Test func controlCharactersBecomeSpaces() {
-        #expect(OutputText.sanitized("a\r\nb\tc\u{7}d\u{2028}e\nf\u{1b}[31m") == "a b c d e f [31m")
+    @Test func controlCharactersBecomeSpacesAndLineBreaksStay() {
+        #expect(OutputText.sanitized("a\r\nb\tc\u{7}d\u{2028}e\nf\u{1b}[31m\rg") == "a\nb c d e\nf [31m\ng")
         #expect(OutputText.sanitized("café ✓ 😀") == "café ✓ 😀")
     }
 

@@ -1,4 +1,5 @@
 import Capture
+import Dictation
 import Dispatch
 import Foundation
 import Logging
@@ -104,6 +105,43 @@ struct PocketSphinxTests {
             let firstFinal = try #require(results.firstIndex { $0.isFinal })
             #expect(results[..<firstFinal].contains { !$0.isFinal }, "interim results come before the first final")
         }
+    }
+
+    /// Issue 29: the `[text]` rules pocketsphinx sessions get by default (commands and spoken
+    /// punctuation on), and a vocabulary of names, on pocketsphinx's own finals for every
+    /// LibriVox file: the word error rate is not higher than the engine's words as they came.
+    @Test func spokenPunctuationAndVocabularyKeepTheWordErrorRate() async throws {
+        let recognizer = try recognizer()
+        let plain = Dictation(rules: DictationRules(commands: true, spokenPunctuation: true))
+        let named = Dictation(
+            rules: DictationRules(
+                commands: true, spokenPunctuation: true,
+                vocabulary: [
+                    "PipeWire", "Kubernetes", "Wayland", "GNOME", "Debian", "sttd", "PulseAudio", "Deepgram",
+                    "LibriVox", "Ubuntu", "Hyprland", "Firefox", "Thunderbird", "JavaScript", "PostgreSQL",
+                    "Mozilla", "Linux", "GitHub", "OpenAI", "Anthropic",
+                ]))
+        var errors = (raw: 0, plain: 0, named: 0)
+        for recording in try LibriVox.recordings() {
+            let (results, _) = try await transcribe(try wavSamples(recording.path), with: recognizer)
+            let finals = results.filter(\.isFinal).map(\.text)
+            func written(_ dictation: Dictation) -> [String] {
+                finals.flatMap { final in
+                    dictation.edits(for: final).flatMap { edit -> [String] in
+                        if case .text(let text) = edit { normalizedWords(text) } else { [] }
+                    }
+                }
+            }
+            let raw = finals.flatMap(normalizedWords)
+            errors.raw += wordErrors(reference: recording.reference, hypothesis: raw)
+            errors.plain += wordErrors(reference: recording.reference, hypothesis: written(plain))
+            errors.named += wordErrors(reference: recording.reference, hypothesis: written(named))
+        }
+        #expect(errors.plain <= errors.raw, "\(errors)")
+        #expect(errors.named <= errors.raw, "\(errors)")
+        print(
+            "word errors on LibriVox: engine \(errors.raw), with [text] rules \(errors.plain), with vocabulary \(errors.named)"
+        )
     }
 
     @Test func concurrentLoadsShareOneLoad() async throws {

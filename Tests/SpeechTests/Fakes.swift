@@ -1,4 +1,5 @@
 import Capture
+import Dictation
 import Foundation
 import Recognition
 import Speech
@@ -390,5 +391,9 @@ final class FakeOutput: DictationOutput {
 private struct FakeOutputSession: DictationOutputSession {
     let output: FakeOutput
     func type(_ text: String) { output.type(text) }
+    /// Recorded among the typed text as `<Return>`.
+    func press(_ key: Key) { output.type("<\(key.keysym)>") }
+    /// Recorded among the typed text as `<-N>`, N characters taken back.
+    func retract(_ typed: String) { output.type("<-\(typed.count)>") }
     func finish(transcript: String?, done: @escaping @Sendable () -> Void) { output.finish(transcript, done: done) }
 }

@@ -47,6 +47,9 @@ public final class DeepgramTestServer: Sendable {
         /// The words every result is made of, in turn (one per 100 ms of audio), instead of
         /// words computed from the audio: e.g. non-ASCII text to type.
         public var vocabulary: [String] = []
+        /// The finals sent in turn, one per second of audio (then empty ones), whatever the audio
+        /// says; an interim shows the next one. E.g. text carrying voice commands.
+        public var finals: [String] = []
         public init() {}
     }
 
@@ -194,6 +197,7 @@ final class ServerSession: @unchecked Sendable {
     var audio: [UInt8] = []
     var finalizedBytes = 0
     var interimSentFor = 0
+    var scriptedFinalsSent = 0
 
     init(server: DeepgramTestServer, index: Int) {
         self.server = server
@@ -377,6 +381,11 @@ final class WebSocketServerHandler: ChannelInboundHandler {
         var words = DeepgramTestServer.words(for: Array(session.audio[from..<to]))
         if !script.vocabulary.isEmpty {
             words = (from / 3200..<from / 3200 + words.count).map { script.vocabulary[$0 % script.vocabulary.count] }
+        }
+        if !script.finals.isEmpty {
+            let next = session.scriptedFinalsSent
+            if isFinal { session.scriptedFinalsSent += 1 }
+            words = next < script.finals.count ? script.finals[next].split(separator: " ").map(String.init) : []
         }
         let transcript = words.joined(separator: " ")
         if isFinal { server.update(session.index) { $0.finalsSent.append(transcript) } }

@@ -217,19 +217,36 @@ public final class ReceivingWindow: @unchecked Sendable {
     public var bytes: [UInt8] { Array((FileManager.default.contents(atPath: outputPath)) ?? Data()) }
 
     /// What the window received so far, as UTF-8.
-    public var text: String { String(decoding: bytes, as: UTF8.self) }
+    /// What the window shows: a raw-mode terminal records keys as bytes, so here Enter (CR) is a
+    /// line feed and BackSpace (DEL or BS) takes back the character before it, as an editor does.
+    public var text: String { String(decoding: lines, as: UTF8.self) }
+
+    private var lines: [UInt8] {
+        var shown: [UInt8] = []
+        for byte in bytes {
+            switch byte {
+            case 0x0D: shown.append(0x0A)
+            case 0x7F, 0x08:
+                // One UTF-8 character: its continuation bytes, then its lead byte.
+                while let last = shown.last, last & 0xC0 == 0x80 { shown.removeLast() }
+                if !shown.isEmpty { shown.removeLast() }
+            default: shown.append(byte)
+            }
+        }
+        return shown
+    }
 
     /// Waits (up to `timeout`) until the window has received exactly `expected`; false if it has
     /// not by then, or received something else that `expected` does not start with.
     public func waitForText(_ expected: String, timeout: Duration = .seconds(15)) async -> Bool {
         let target = Array(expected.utf8)
         _ = await waitFor(timeout: timeout) {
-            let received = bytes
+            let received = lines
             return received.count >= target.count || !target.starts(with: received)
         }
         // A moment more so that anything typed beyond the expected text shows up too.
         try? await Task.sleep(for: .milliseconds(200))
-        return bytes == target
+        return lines == target
     }
 
     /// Closes the window and lets the next test have the desktop.

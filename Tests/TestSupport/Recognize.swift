@@ -1,4 +1,5 @@
 import Capture
+import Dictation
 import Recognition
 import Synchronization
 
@@ -16,6 +17,18 @@ public func recognize(
         }
         session.finish()
         try await group.waitForAll()
+    }
+}
+
+extension Transcript {
+    /// Adds an engine's result as it is (no commands): a final appended, an interim shown.
+    @discardableResult
+    public mutating func apply(_ result: RecognitionResult) -> Bool {
+        let text = Transcript.normalized(result.text)
+        guard result.isFinal else { return setInterim(text) }
+        let before = self
+        append(text)
+        return self != before
     }
 }
 

@@ -1,0 +1,243 @@
+/// What one final asks for, in order.
+public enum Edit: Equatable, Sendable {
+    /// Text to add (may end in line breaks; never empty).
+    case text(String)
+    case press(Key)
+    /// Remove the previous utterance's text.
+    case scratchThat
+    case stopListening
+}
+
+/// A spoken phrase and what is written instead (`[text] replacements`).
+public struct Replacement: Sendable, Equatable {
+    let spoken: [String]
+    public let written: String
+
+    /// nil when `spoken` has no words.
+    public init?(spoken: String, written: String) {
+        self.spoken = Words.keys(of: spoken)
+        self.written = written
+        if self.spoken.isEmpty { return nil }
+    }
+}
+
+/// The `[text]` rules a session applies to its engine's text.
+public struct DictationRules: Sendable, Equatable {
+    /// Voice commands ("new line", "scratch that", "press enter", "stop listening").
+    public var commands = true
+    /// Spoken punctuation and case words ("comma", "question mark", "cap", "all caps").
+    public var spokenPunctuation = false
+    /// The phrases of the session's language.
+    public var phrases = PhraseBook.english
+    public var replacements: [Replacement] = []
+    /// Names and terms the text is corrected toward (offline engines' near-misses).
+    public var vocabulary: [String] = []
+
+    public init(
+        commands: Bool = true, spokenPunctuation: Bool = false, phrases: PhraseBook = .english,
+        replacements: [Replacement] = [], vocabulary: [String] = []
+    ) {
+        self.commands = commands
+        self.spokenPunctuation = spokenPunctuation
+        self.phrases = phrases
+        self.replacements = replacements
+        self.vocabulary = vocabulary
+    }
+}
+
+/// Turns an engine's final into edits, and an interim into the text to show meanwhile.
+///
+/// Rules:
+/// - A command counts only as a whole utterance or at its end ("…, new line." but not "a new line
+///   of products"); several may end one ("… new line press enter"). The engine's clause marks
+///   before it, and its punctuation on the command's words, are dropped.
+/// - "literal" right before a command (or a spoken mark) makes its words text.
+/// - "scratch that" after words of the same utterance drops those words; alone it removes the
+///   previous utterance (``Edit/scratchThat``).
+/// - Replacements, then vocabulary, then spoken punctuation apply to the words before the commands.
+public struct Dictation: Sendable {
+    public let rules: DictationRules
+
+    public init(rules: DictationRules) { self.rules = rules }
+
+    /// The edits a final asks for.
+    public func edits(for final: String) -> [Edit] {
+        let (body, commands) = split(final)
+        var text = body
+        var edits: [Edit] = []
+        func flush() {
+            if !text.isEmpty { edits.append(.text(text)) }
+            text = ""
+        }
+        for command in commands {
+            switch command {
+            case .newLine: text += "\n"
+            case .newParagraph: text += "\n\n"
+            case .scratchThat:
+                if text.isEmpty { edits.append(.scratchThat) } else { text = "" }
+            case .press(let key):
+                flush()
+                edits.append(.press(key))
+            case .stopListening:
+                flush()
+                edits.append(.stopListening)
+            case .literal, .mark, .capitalize, .upperCase:
+                break
+            }
+        }
+        flush()
+        return edits
+    }
+
+    /// What an interim shows: its words as they would be written, without the commands.
+    public func preview(_ interim: String) -> String {
+        let (body, commands) = split(interim)
+        return commands.contains(.scratchThat) ? "" : body
+    }
+
+    /// The written words, and the commands that end the utterance in spoken order.
+    func split(_ text: String) -> (body: String, commands: [SpokenAction]) {
+        var words = Words.split(text)
+        var commands: [SpokenAction] = []
+        if rules.commands {
+            while let (action, count) = trailingCommand(words) {
+                let before = words.count - count
+                if before > 0, rules.phrases.actions[[words[before - 1].key]] == .literal {
+                    // "literal new line": the command's words stay, without the engine's marks.
+                    words.remove(at: before - 1)
+                    break
+                }
+                commands.insert(action, at: 0)
+                words.removeLast(count)
+                if !words.isEmpty { words[words.count - 1].dropTrailing(Word.softMarks) }
+            }
+        }
+        words = replaced(words)
+        if !rules.vocabulary.isEmpty { words = Vocabulary(rules.vocabulary).corrected(words) }
+        if rules.spokenPunctuation { words = punctuated(words) }
+        return (Words.render(words), commands)
+    }
+
+    /// The command phrase that ends `words`, longest first.
+    private func trailingCommand(_ words: [Word]) -> (SpokenAction, Int)? {
+        for count in stride(from: min(rules.phrases.longest, words.count), through: 1, by: -1) {
+            if let action = rules.phrases.actions[words.suffix(count).map(\.key)], action.isCommand {
+                return (action, count)
+            }
+        }
+        return nil
+    }
+
+    /// The phrase (not a command) that starts at `index`, longest first.
+    private func phrase(at index: Int, in words: [Word]) -> (SpokenAction, Int)? {
+        for count in stride(from: min(rules.phrases.longest, words.count - index), through: 1, by: -1) {
+            if let action = rules.phrases.actions[words[index..<index + count].map(\.key)], !action.isCommand {
+                return (action, count)
+            }
+        }
+        return nil
+    }
+
+    // MARK: Replacements
+
+    private func replaced(_ words: [Word]) -> [Word] {
+        guard !rules.replacements.isEmpty else { return words }
+        var result: [Word] = []
+        var index = 0
+        while index < words.count {
+            let match = rules.replacements
+                .filter { index + $0.spoken.count <= words.count }
+                .filter { Array(words[index..<index + $0.spoken.count].map(\.key)) == $0.spoken }
+                .max { $0.spoken.count < $1.spoken.count }
+            guard let match else {
+                result.append(words[index])
+                index += 1
+                continue
+            }
+            let matched = Array(words[index..<index + match.spoken.count])
+            index += match.spoken.count
+            if match.written.isEmpty {
+                // A dropped filler takes its commas along but leaves a sentence's end.
+                var trail = matched.last?.trail ?? ""
+                trail.removeAll { Word.softMarks.contains($0) }
+                if !trail.isEmpty, !result.isEmpty {
+                    result[result.count - 1].dropTrailing(Word.allMarks)
+                    result[result.count - 1].trail += trail
+                }
+                continue
+            }
+            result.append(
+                Word(
+                    lead: matched[0].lead, core: Self.cased(match.written, like: matched.map(\.core)),
+                    trail: matched[matched.count - 1].trail))
+        }
+        return result
+    }
+
+    /// `written` in the case the words were spoken in: capitalized or all caps, when `written`
+    /// itself is all lowercase (a written form with capitals is kept as it is).
+    static func cased(_ written: String, like spoken: [String]) -> String {
+        guard written == written.lowercased(), let first = spoken.first?.first else { return written }
+        let letters = spoken.joined().filter(\.isLetter)
+        if letters.count > 1, letters.allSatisfy(\.isUppercase) { return written.uppercased() }
+        return first.isUppercase ? written.prefix(1).uppercased() + written.dropFirst() : written
+    }
+
+    // MARK: Spoken punctuation
+
+    private func punctuated(_ words: [Word]) -> [Word] {
+        var result: [Word] = []
+        var lead = ""
+        var startSentence = false
+        var caseNext: SpokenAction?
+        var index = 0
+        func append(_ word: Word) {
+            var word = word
+            word.lead = lead + word.lead
+            lead = ""
+            if caseNext == .upperCase {
+                word.core = word.core.uppercased()
+            } else if caseNext == .capitalize || startSentence {
+                word.core = word.core.prefix(1).uppercased() + word.core.dropFirst()
+            }
+            caseNext = nil
+            startSentence = false
+            result.append(word)
+        }
+        while index < words.count {
+            guard let (action, count) = phrase(at: index, in: words) else {
+                append(words[index])
+                index += 1
+                continue
+            }
+            let next = index + count
+            switch action {
+            case .literal where next < words.count:
+                // "literal comma": the next phrase's words (or the next word) as written.
+                let length = phrase(at: next, in: words)?.1 ?? 1
+                for word in words[next..<next + length] { append(word) }
+                index = next + length
+            case .capitalize where next < words.count, .upperCase where next < words.count:
+                caseNext = action
+                index = next
+            case .mark(.openQuote):
+                lead += SpokenAction.Mark.openQuote.text
+                index = next
+            case .mark(let mark):
+                if result.isEmpty {
+                    result.append(Word(lead: "", core: "", trail: mark.text, glued: true))
+                } else {
+                    result[result.count - 1].dropTrailing(mark == .closeQuote ? [] : Word.allMarks)
+                    result[result.count - 1].trail += mark.text
+                }
+                if mark.endsSentence { startSentence = true }
+                index = next
+            default:
+                append(words[index])
+                index += 1
+            }
+        }
+        if !lead.isEmpty { result.append(Word(lead: lead, core: "")) }
+        return result
+    }
+}

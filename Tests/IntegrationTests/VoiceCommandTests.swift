@@ -1,0 +1,123 @@
+import DBus
+import Foundation
+import SpeechAPI
+import TestSupport
+import Testing
+
+extension Integration {
+    /// Issue 29: finals carrying voice commands, from the streaming test server, through real
+    /// windows: the window, the transcript, history and the signals agree.
+    @Suite("Voice commands into real windows", .serialized)
+    struct VoiceCommandTests {
+        /// One final per second of audio, in turn.
+        static let finals = [
+            "Dear team, new line.",
+            "This goes away.",
+            "Scratch that.",
+            "We need a new line of products.",
+            "Thanks, new paragraph.",
+            "Bye, press enter.",
+            "Stop listening.",
+        ]
+        /// The transcript: line breaks are `\n`, the scratched final and the commands are gone.
+        static let transcript = "Dear team\nWe need a new line of products. Thanks\n\nBye"
+        /// The window also got the Enter that "press enter" pressed.
+        static let windowText = transcript + "\n"
+
+        static func streamingServer(_ finals: [String]) async throws -> (DeepgramTestServer, String, [String: String]) {
+            var script = DeepgramTestServer.Script()
+            script.finals = finals
+            let server = try await DeepgramTestServer(script: script)
+            return (
+                server, "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n", ["STTD_API_KEY": script.key]
+            )
+        }
+
+        /// Plays speech until the session ends by itself ("stop listening").
+        static func dictateUntilStopped(_ sttd: SttdFixture) async throws {
+            for recording in try LibriVox.recordings() {
+                try await sttd.pulse.play(recording.path)
+                if try await sttd.property("State") == .string("idle") { return }
+            }
+        }
+
+        @Test(arguments: [(DesktopKind.x11, WindowApp.terminal), (.x11, .textField), (.wayland, .terminal)])
+        func commandsEditTheWindowAndTheTranscriptAlike(_ kind: DesktopKind, _ app: WindowApp) async throws {
+            let (server, config, environment) = try await Self.streamingServer(Self.finals)
+            let window = try await ReceivingWindow.open(kind, app)
+            defer { window.close() }
+            let sttd = try await DesktopDictationTests.sttd(on: window, config: config, environment: environment)
+            let recorder = try await sttd.record()
+            let directory = try makeTemporaryDirectory("voice-commands")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            let watch = try ChildProcess(
+                try builtExecutable("sttctl"), ["watch", "--json"], environment: sttd.environment,
+                stdout: "\(directory)/watch")
+            defer { watch.stop() }
+            func watched() -> String { (try? String(contentsOfFile: "\(directory)/watch", encoding: .utf8)) ?? "" }
+            // watch listens once a reset (an empty final) reaches it.
+            #expect(
+                await waitFor(timeout: .seconds(20)) {
+                    _ = try? await sttd.call("ResetTranscript")
+                    return !watched().isEmpty
+                })
+            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await Self.dictateUntilStopped(sttd)
+
+            let stopped = await waitFor(timeout: .seconds(20)) {
+                (try? await sttd.property("State")) == .string("idle")
+            }
+            #expect(stopped, "\"stop listening\" ended the session")
+            #expect(await window.waitForText(Self.windowText), "window: \(window.text.debugDescription)")
+            #expect(try await sttd.property("Transcript") == .string(Self.transcript))
+            let retracted = recorder.signals(named: "TranscriptRetracted")
+            #expect(
+                retracted.map(\.arguments) == [[.string("Dear team\n"), .string("This goes away.")]],
+                "\(retracted)")
+            let history = try await sttd.call("GetHistory", [.uint32(1)])
+            guard case .array(_, let rows)? = history.first, case .structure(let fields)? = rows.first else {
+                throw MissingPrerequisite(description: "GetHistory gave \(history)")
+            }
+            #expect(fields.last == .string(Self.transcript), "history: \(fields)")
+            #expect(
+                watched().contains(#"{"transcript":"Dear team\n","retracted":"This goes away."}"#),
+                "watch: \(watched())")
+            _ = server
+        }
+
+        @Test func replacementsAndSpokenPunctuationApplyToWhatIsTyped() async throws {
+            let (server, config, environment) = try await Self.streamingServer([
+                "we are gonna win comma said cap john period", "um, see you all caps asap", "stop listening",
+            ])
+            let window = try await ReceivingWindow.open(.x11, .textField)
+            defer { window.close() }
+            let sttd = try await DesktopDictationTests.sttd(
+                on: window,
+                config: config + """
+                    [text]
+                    spoken_punctuation = true
+                    replacements = { "gonna" = "going to", "um" = "" }
+                    """, environment: environment)
+            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await Self.dictateUntilStopped(sttd)
+            let expected = "we are going to win, said John. see you ASAP"
+            #expect(await window.waitForText(expected), "window: \(window.text.debugDescription)")
+            #expect(try await sttd.property("Transcript") == .string(expected))
+            _ = server
+        }
+
+        @Test func commandsOffTypeEveryWord() async throws {
+            let (server, config, environment) = try await Self.streamingServer(["Hello, new line.", "scratch that"])
+            let window = try await ReceivingWindow.open(.x11, .terminal)
+            defer { window.close() }
+            let sttd = try await DesktopDictationTests.sttd(
+                on: window, config: config + "[text]\ncommands = false\n", environment: environment)
+            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await sttd.pulse.play(try LibriVox.recordings()[0].path)
+            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            #expect(reply == "Hello, new line. scratch that")
+            #expect(await window.waitForText(reply), "window: \(window.text.debugDescription)")
+            _ = server
+        }
+    }
+}
