@@ -16,6 +16,8 @@ public enum IBus {
 
     /// `IBUS_RELEASE_MASK`: the key event is a release.
     static let releaseMask: UInt32 = 1 << 30
+    /// A forwarded key the client hands to the widget without asking the engine again.
+    static let forwardMask: UInt32 = 1 << 25
 
     /// The keys voice commands press: X keyval and Linux evdev key code (IBus key codes are
     /// evdev codes, the X key code less 8).

@@ -259,10 +259,13 @@ public final class InputMethodEngine: Sendable {
                 return logger.warning(
                     "sttd asked for a key this engine does not know", metadata: ["keysym": "\(keysym)"])
             }
-            emit(on: ibus, path: path, "ForwardKeyEvent", [.uint32(key.keyval), .uint32(key.keycode), .uint32(0)])
-            emit(
-                on: ibus, path: path, "ForwardKeyEvent",
-                [.uint32(key.keyval), .uint32(key.keycode), .uint32(IBus.releaseMask)])
+            // GTK queues a forwarded key behind events already waiting, so a commit sent after it
+            // may land first; commands send line breaks as text for that reason.
+            for state in [IBus.forwardMask, IBus.forwardMask | IBus.releaseMask] {
+                emit(
+                    on: ibus, path: path, "ForwardKeyEvent",
+                    [.uint32(key.keyval), .uint32(key.keycode), .uint32(state)])
+            }
         case .report(let state):
             reports.yield(state)
         case .settle(let round):

@@ -37,6 +37,26 @@ import Testing
         #expect(machine.handle(.disabled(path: Self.field)) == [.report(InputMethodState())])
     }
 
+    /// Issue 29: "scratch that" and "press enter" reach the focused field in order with the text;
+    /// while a focus change settles they wait with it; with no field they go nowhere.
+    @Test func deletionsAndKeysFollowTheTextInOrder() {
+        var machine = Self.focusedMachine()
+        #expect(machine.handle(.deliver(.delete(5))) == [.deleteBefore(path: Self.field, characters: 5)])
+        #expect(machine.handle(.deliver(.key("Return"))) == [.forwardKey(path: Self.field, keysym: "Return")])
+        _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:other"))
+        #expect(machine.handle(.deliver(.commit("hi"))) == [])
+        #expect(machine.handle(.deliver(.delete(2))) == [])
+        #expect(machine.handle(.deliver(.key("Tab"))) == [])
+        #expect(
+            Self.texts(machine.handle(.settled(2))) == [
+                .commit(path: Self.field, text: "hi"), .deleteBefore(path: Self.field, characters: 2),
+                .forwardKey(path: Self.field, keysym: "Tab"),
+            ])
+        _ = machine.handle(.focusOut(path: Self.field))
+        #expect(machine.handle(.deliver(.delete(2))) == [], "no field: nothing to delete")
+        #expect(machine.handle(.deliver(.key("Return"))) == [], "no field: no key")
+    }
+
     @Test func aDestroyedEngineStaysGone() {
         var machine = Self.focusedMachine()
         _ = machine.handle(.destroyed(path: Self.field))

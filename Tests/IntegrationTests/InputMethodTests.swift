@@ -97,6 +97,26 @@ extension Integration {
             _ = server
         }
 
+        /// Issue 29: line breaks committed as text, "scratch that" as `DeleteSurroundingText`,
+        /// "press enter" as a forwarded key, "stop listening" ends the session.
+        @Test func voiceCommandsEditTheFieldAsTheTranscript() async throws {
+            let (server, config, environment) = try await VoiceCommandTests.streamingServer(VoiceCommandTests.finals)
+            let (sttd, desktop, field) = try await Self.focusedField(config: config, environment: environment)
+            defer { desktop.close() }
+            let start = try sttd.sttctl(["start", "--output", "type"])
+            #expect(start.status == 0, "\(start)")
+            try await VoiceCommandTests.dictateUntilStopped(sttd)
+            let stopped = await waitFor(timeout: .seconds(20)) {
+                (try? await sttd.property("State")) == .string("idle")
+            }
+            #expect(stopped, "\"stop listening\" ended the session")
+            #expect(try await sttd.property("Transcript") == .string(VoiceCommandTests.transcript))
+            #expect(
+                await field.waitForText(VoiceCommandTests.windowText),
+                "field: \(field.text.debugDescription)\n\(desktop.log)")
+            _ = server
+        }
+
         @Test func keysPassThroughUnchanged() async throws {
             let (sttd, desktop, field) = try await Self.focusedField()
             defer { desktop.close() }

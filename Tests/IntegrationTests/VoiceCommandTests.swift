@@ -97,13 +97,15 @@ extension Integration {
                     [text]
                     spoken_punctuation = true
                     replacements = { "gonna" = "going to", "um" = "" }
+                    vocabulary = ["PipeWire", "sttd"]
                     """, environment: environment)
             try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
             try await Self.dictateUntilStopped(sttd)
             let expected = "we are going to win, said John. see you ASAP"
             #expect(await window.waitForText(expected), "window: \(window.text.debugDescription)")
             #expect(try await sttd.property("Transcript") == .string(expected))
-            _ = server
+            let keyterms = server.connections.first?.query.filter { $0.0 == "keyterm" }.map(\.1)
+            #expect(keyterms == ["PipeWire", "sttd"], "the vocabulary reaches the server as keyterms")
         }
 
         @Test func commandsOffTypeEveryWord() async throws {

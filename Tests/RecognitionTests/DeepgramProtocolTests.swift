@@ -20,6 +20,21 @@ struct DeepgramProtocolTests {
         #expect(url.query?.contains("C%2B%2B%20code") == true, "a '+' must not turn into a space: \(url.query ?? "")")
     }
 
+    /// Deepgram's models before Nova-3 take `keywords`; Nova-3, Flux and other servers `keyterm`.
+    @Test(arguments: [
+        ("nova-3", "keyterm"), ("nova-3-medical", "keyterm"), ("flux-general-en", "keyterm"), ("", "keyterm"),
+        ("nova-2", "keywords"), ("nova-2-meeting", "keywords"), ("nova", "keywords"), ("enhanced", "keywords"),
+        ("base", "keywords"),
+    ])
+    func keytermsGoWhereTheModelTakesThem(model: String, parameter: String) throws {
+        let url = try #require(
+            DeepgramProtocol.streamURL(
+                base: "wss://api.deepgram.com/v1/listen", model: model, language: "en-US", interimResults: true,
+                keyterms: ["PipeWire"], parameters: [:]))
+        let items = URLComponents(url: url, resolvingAgainstBaseURL: false)?.queryItems ?? []
+        #expect(items.filter { $0.value == "PipeWire" }.map(\.name) == [parameter])
+    }
+
     @Test func decodesResultsLeniently() throws {
         let deepgram =
             #"{"type":"Results","channel_index":[0,1],"start":1.5,"duration":0.75,"is_final":true,"speech_final":false,"channel":{"alternatives":[{"transcript":"hello there","confidence":0.98,"words":[{"word":"hello","start":1.5,"end":1.8,"confidence":0.99,"punctuated_word":"Hello"}]}]},"metadata":{"request_id":"r"}}"#

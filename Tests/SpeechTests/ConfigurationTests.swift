@@ -88,6 +88,20 @@ struct ConfigurationTests {
         ("[debug]\nlevel = 1", "debug.level is not a known setting"),
         ("[ibus]\npush_to_talk = \"ctrl+F9\"", "ibus.push_to_talk = \"ctrl+F9\" is not a key name"),
         ("[ibus]\nhotkey = \"F9\"", "ibus.hotkey is not a known setting"),
+        ("[text]\ncommands = \"yes\"", "text.commands = \"yes\" is a string, but it must be true or false"),
+        ("[text]\nreplacements = { gonna = 3 }", "text.replacements.\"gonna\" must be a string"),
+        ("[text]\nreplacements = { \" \" = \"x\" }", "text.replacements has an entry \" \" without words"),
+        (
+            "[text]\nvocabulary = [\"ok\", 3]",
+            "text.vocabulary = [ 'ok', 3 ] is a array, but it must be a list of strings"
+        ),
+        ("[text]\nvocabulary = [\"\"]", "text.vocabulary takes up to 100 non-empty terms"),
+        (
+            "[text.phrases.en]\nnewline = [\"next line\"]",
+            "text.phrases.en.newline is not an action; use one of new_line"
+        ),
+        ("[text.phrases]\nen = 3", "text.phrases.en must be a table of phrases"),
+        ("[text]\nmacros = {}", "text.macros is not a known setting"),
     ])
     func refusesWithAMessageNamingTheKey(_ toml: String, _ expected: String) {
         let error = #expect(throws: ConfigurationError.self) { try Configuration(toml: toml) }
@@ -146,5 +160,44 @@ struct ConfigurationTests {
         for bad in ["", "e", "english-language", "en_US", "en--US", "en-", "ünï"] {
             #expect(!Configuration.isLanguageTag(bad), "\(bad)")
         }
+    }
+}
+
+@Suite("[text] configuration")
+struct TextConfigurationTests {
+    @Test func readsTheTextTable() throws {
+        let config = try Configuration(
+            toml: """
+                [text]
+                commands = true
+                spoken_punctuation = false
+                replacements = { "gonna" = "going to", "um" = "" }
+                vocabulary = ["PipeWire", "sttd"]
+                [text.phrases.en]
+                press_enter = ["send it now"]
+                [text.phrases.de]
+                new_line = ["neue Zeile", "Zeilenumbruch"]
+                scratch_that = "streich das"
+                """)
+        #expect(config.text.spokenPunctuation == false)
+        #expect(config.text.replacements.map(\.written) == ["going to", ""])
+        #expect(config.text.vocabulary == ["PipeWire", "sttd"])
+        #expect(config.text.phrases["de"]?[.scratchThat] == ["streich das"])
+        let english = config.text.rules(language: "en-GB", enginePunctuates: true, offline: false)
+        #expect(english.phrases.phrases(of: .press(.enter)) == ["send it now"])
+        #expect(english.phrases.phrases(of: .newLine) == ["new line", "newline"], "the others stay built in")
+        #expect(english.vocabulary.isEmpty, "a streaming engine gets the vocabulary as keyterms instead")
+        let german = config.text.rules(language: "de-DE", enginePunctuates: false, offline: true)
+        #expect(german.phrases.phrases(of: .newLine) == ["neue zeile", "zeilenumbruch"])
+        #expect(german.phrases.phrases(of: .press(.enter)).isEmpty, "no English phrases for another language")
+        #expect(german.spokenPunctuation == false, "set in the file")
+        #expect(german.vocabulary == ["PipeWire", "sttd"])
+    }
+
+    @Test func spokenPunctuationDefaultsToTheEngine() throws {
+        let text = try Configuration(toml: "").text
+        #expect(text.commands)
+        #expect(text.rules(language: "en-US", enginePunctuates: false, offline: true).spokenPunctuation)
+        #expect(!text.rules(language: "en-US", enginePunctuates: true, offline: false).spokenPunctuation)
     }
 }

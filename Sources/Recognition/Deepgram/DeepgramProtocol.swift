@@ -5,11 +5,19 @@ import Foundation
 public enum DeepgramProtocol {
     /// Query keys sttd sets itself; `params` may not override them.
     public static let reservedParameters: Set<String> = [
-        "encoding", "sample_rate", "channels", "model", "language", "interim_results", "keyterm",
+        "encoding", "sample_rate", "channels", "model", "language", "interim_results", "keyterm", "keywords",
     ]
 
-    /// The stream URL: audio format, model, language, interim results, one `keyterm` per term,
-    /// then the pass-through parameters (sorted, so the URL is stable).
+    /// The parameter that carries key terms for `model`: `keyterm` for Nova-3 and Flux (and servers
+    /// that follow them), `keywords` for Deepgram's older models, which refuse or ignore `keyterm`.
+    static func keytermParameter(model: String) -> String {
+        let model = model.lowercased()
+        let older = ["nova-2", "nova-1", "enhanced", "base"]
+        return model == "nova" || older.contains(where: model.hasPrefix) ? "keywords" : "keyterm"
+    }
+
+    /// The stream URL: audio format, model, language, interim results, one `keyterm` (or
+    /// `keywords`) per term, then the pass-through parameters (sorted, so the URL is stable).
     public static func streamURL(
         base: String, model: String, language: String, interimResults: Bool, keyterms: [String],
         parameters: [String: String]
@@ -24,7 +32,8 @@ public enum DeepgramProtocol {
             URLQueryItem(name: "language", value: language),
             URLQueryItem(name: "interim_results", value: interimResults ? "true" : "false"),
         ]
-        items += keyterms.map { URLQueryItem(name: "keyterm", value: $0) }
+        let keytermName = keytermParameter(model: model)
+        items += keyterms.map { URLQueryItem(name: keytermName, value: $0) }
         items += parameters.sorted { $0.key < $1.key }.map { URLQueryItem(name: $0.key, value: $0.value) }
         components.queryItems = items
         // URLComponents leaves '+' alone, which servers read as a space.

@@ -1,0 +1,72 @@
+import Recognition
+import Speech
+import TestSupport
+import Testing
+
+@testable import Speech
+
+@Suite("Voice commands in the core")
+struct VoiceCommandCoreTests {
+    @Test func commandsEditTheTranscriptHistoryAndTheWindowAlike() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start(StartOptions(output: .type))
+            session.final("Dear team, new line.")
+            session.interim("This goes")
+            session.final("This goes away.")
+            session.final("Scratch that.")
+            session.final("Thanks, press enter.")
+            session.final("scratch that")
+            session.final("We need a new line of products.")
+            await harness.log.wait { _ in harness.output.typed.count == 6 }
+            #expect(
+                harness.output.typed == [
+                    "Dear team\n", "This goes away.", "<-15>", "Thanks", "<Return>", " We need a new line of products.",
+                ])
+            let text = await harness.core.stop()
+            #expect(text == "Dear team\nThanks We need a new line of products.")
+            #expect(harness.lastHistoryText == text)
+            #expect(harness.log.all.contains(.retracted("Dear team\n", removed: "This goes away.")))
+            let retractions = harness.log.all.filter { if case .retracted = $0 { true } else { false } }
+            #expect(retractions.count == 1, "the second \"scratch that\" came after a key press: nothing to take back")
+        }
+    }
+
+    @Test func stopListeningEndsTheSessionAsStopWould() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start(StartOptions())
+            session.final("That is all, stop listening.")
+            #expect(await waitFor { await harness.core.state == .idle })
+            #expect(await harness.core.currentTranscript == "That is all")
+            #expect(harness.lastHistoryText == "That is all")
+        }
+    }
+
+    @Test func anInterimShowsItsWordsWithoutTheCommand() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start(StartOptions())
+            session.final("One.")
+            session.interim("two new line")
+            await harness.log.wait {
+                $0.contains(.transcript("One. two", update: .init(segment: "two", isFinal: false)))
+            }
+            session.interim("scratch that")
+            await harness.log.wait {
+                $0.contains(.transcript("One.", update: .init(segment: "", isFinal: false)))
+            }
+            _ = await harness.core.stop()
+        }
+    }
+
+    @Test func commandsOffKeepEveryWord() async throws {
+        let harness = try await CoreHarness { $0.text.commands = false }
+        try await harness.run {
+            let (session, _) = try await harness.start(StartOptions())
+            session.final("Hello, new line.")
+            session.final("scratch that")
+            #expect(await harness.core.stop() == "Hello, new line. scratch that")
+        }
+    }
+}
