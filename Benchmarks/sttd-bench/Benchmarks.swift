@@ -29,6 +29,7 @@ enum Benchmarks {
         Benchmark(name: "local server: 4 streams, one model", run: localServerConcurrency),
         Benchmark(name: "input method latency", run: DesktopBenchmarks.inputMethodLatency),
         Benchmark(name: "offline fallback: seam and takeover time", run: FallbackBenchmarks.fallbackSeam),
+        Benchmark(name: "voice commands: cost per final", run: DictationBenchmarks.costPerFinal),
     ]
 
     /// Peak RSS in kB seen in benchmarks 3 (remote) and 4 (local), for row 6.

@@ -32,6 +32,12 @@ extension Integration {
             let file = try String(contentsOfFile: "\(packageRoot)/dbus/io.github.sttd.Speech1.xml", encoding: .utf8)
             let served = try #require(interfaceBlock(xml, SttdFixture.interface))
             #expect(served == interfaceBlock(file, SttdFixture.interface))
+            // Issue 29: how a client learns that "scratch that" took a final back.
+            let compact = served.filter { !$0.isWhitespace }
+            #expect(
+                compact.contains(
+                    #"<signalname="TranscriptRetracted"><argname="transcript"type="s"/><argname="removed"type="s"/></signal>"#
+                ), "\(served)")
             for standard in [
                 "org.freedesktop.DBus.Properties", "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Peer",
             ] {

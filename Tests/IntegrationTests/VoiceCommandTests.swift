@@ -85,6 +85,23 @@ extension Integration {
             _ = server
         }
 
+        @Test(arguments: DesktopKind.allCases)
+        func theClipboardGetsTheTextAfterCommands(_ kind: DesktopKind) async throws {
+            let (server, config, environment) = try await Self.streamingServer(Self.finals)
+            let window = try await ReceivingWindow.open(kind)
+            defer { window.close() }
+            let sttd = try await DesktopDictationTests.sttd(on: window, config: config, environment: environment)
+            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("clipboard"))))
+            try await Self.dictateUntilStopped(sttd)
+            let stopped = await waitFor(timeout: .seconds(20)) {
+                (try? await sttd.property("State")) == .string("idle")
+            }
+            #expect(stopped, "\"stop listening\" ended the session")
+            #expect(try DesktopClipboard.clipboard(kind) == Self.transcript)
+            #expect(window.text.isEmpty, "clipboard output types nothing, and presses no key")
+            _ = server
+        }
+
         @Test func replacementsAndSpokenPunctuationApplyToWhatIsTyped() async throws {
             let (server, config, environment) = try await Self.streamingServer([
                 "we are gonna win comma said cap john period", "um, see you all caps asap", "stop listening",
