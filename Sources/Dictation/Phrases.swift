@@ -106,7 +106,7 @@ public struct PhraseBook: Sendable, Equatable {
         }
     }
 
-    /// The phrases of `action`, e.g. for the README.
+    /// The phrases of `action`, e.g. for the docs.
     public func phrases(of action: SpokenAction) -> [String] {
         actions.filter { $0.value == action }.map { $0.key.joined(separator: " ") }.sorted()
     }

@@ -95,7 +95,7 @@ public final class DesktopOutput: Sendable {
 /// The tools and the steps; everything here runs on the worker thread (or in the checks).
 final class OutputEngine: Sendable {
     /// A lead-in pause for wtype after it uploads its keymap: without it the focused client may
-    /// drop the first keys (README → "Typing and the clipboard" has the measurements).
+    /// drop the first keys (docs/desktop.md → "Typing and the clipboard" has the measurements).
     static let wtypeLeadIn = 30
     /// How long a pasted text stays on the clipboard before the previous content comes back: the
     /// window asks for the content only after it sees ctrl+v.

@@ -17,7 +17,7 @@ final class X11Keymap: @unchecked Sendable {
     // Safety: `bound`, `lastTyped`, `restoreScheduled` and `runner` are only touched with `lock` held.
 
     /// How long a binding outlives the last key typed with it: a window still processing earlier
-    /// keys must find it (README → "Typing and the clipboard" has the measurements). Keeping them
+    /// keys must find it (docs/desktop.md → "Typing and the clipboard" has the measurements). Keeping them
     /// longer costs nothing.
     static let settle = Duration.seconds(2)
     static let timeout = Duration.seconds(5)

@@ -356,7 +356,7 @@ public enum SttdApp {
 
     /// A service that runs for weeks should give freed memory back. glibc's defaults keep it: an
     /// arena per busy thread, and a mmap threshold that rises after each large free, after which
-    /// large buffers (a 1 MB string in a D-Bus call) stay in the heap (README → Performance has
+    /// large buffers (a 1 MB string in a D-Bus call) stay in the heap (docs/api.md → "Memory" has
     /// the measurement).
     static func limitAllocatorRetention() {
         sttd_limit_allocator_retention()
