@@ -1,6 +1,7 @@
 # sttd — speech-to-text for the Linux desktop.
 #   make demo       dictate recorded speech through a virtual microphone (headless is fine)
-#   make test       install what the tests need, build, and run the whole suite
+#   make test       install what the tests need, build, and run the whole suite, then install
+#                   the package (make deb) into a fresh Debian root and dictate there
 #   make install    install for the current user (PREFIX=$(HOME)/.local)
 #   make bench      measure a release build; writes bench/results.json and bench/results.md
 #   make deb        build sttd_<version>_<arch>.deb (no Swift toolchain needed to run it)
@@ -34,6 +35,7 @@ test: build
 	$(SWIFT) build --build-tests
 	scripts/sdk-setup
 	SWIFT=$(SWIFT) scripts/run-tests
+	scripts/deb-test
 
 # Benchmarks never fail on a number; they print the table and write bench/results.{json,md}.
 bench: release
