@@ -10,6 +10,20 @@ struct Sttd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sttd",
         abstract: "Speech-to-text for the Linux desktop, as a D-Bus service (io.github.sttd.Speech1).",
+        discussion: """
+            sttd owns io.github.sttd.Speech1 on the session bus: apps and sttctl start and stop \
+            dictation and follow the transcript through its methods, properties and signals. It \
+            captures the microphone through PulseAudio (or PipeWire's pulse server) and recognizes \
+            speech offline, or streams it to a Deepgram-compatible server. It normally runs as the \
+            systemd user service sttd.service, started by D-Bus activation on first use.
+
+            Files: ~/.config/sttd/config.toml (the configuration, see sttd.conf(5)); \
+            ~/.local/share/sttd/history.sqlite (finals, as they arrive).
+            Environment: STTD_CONFIG (the configuration file), STTD_LOG_LEVEL (trace ... error), \
+            STTD_API_KEY (a streaming backend's key, after api_key_file and the api-key credential).
+            Exit status 78: the configuration cannot be used (the message names the key).
+            See also: sttctl(1), sttd-ibus(1), sttd.conf(5).
+            """,
         version: SpeechAPI.version)
 
     @Option(
