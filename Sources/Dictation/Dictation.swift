@@ -57,8 +57,12 @@ public struct DictationRules: Sendable, Equatable {
 /// - Replacements, then vocabulary, then spoken punctuation apply to the words before the commands.
 public struct Dictation: Sendable {
     public let rules: DictationRules
+    private let vocabulary: Vocabulary
 
-    public init(rules: DictationRules) { self.rules = rules }
+    public init(rules: DictationRules) {
+        self.rules = rules
+        vocabulary = Vocabulary(rules.vocabulary)
+    }
 
     /// The edits a final asks for.
     public func edits(for final: String) -> [Edit] {
@@ -113,7 +117,7 @@ public struct Dictation: Sendable {
             }
         }
         words = replaced(words)
-        if !rules.vocabulary.isEmpty { words = Vocabulary(rules.vocabulary).corrected(words) }
+        words = vocabulary.corrected(words)
         if rules.spokenPunctuation { words = punctuated(words) }
         return (Words.render(words), commands)
     }

@@ -54,9 +54,4 @@ public struct Transcript: Sendable, Equatable {
 
     /// Clears everything.
     public mutating func reset() { self = Transcript() }
-
-    /// Collapses runs of whitespace so joins stay single-spaced.
-    public static func normalized(_ text: String) -> String {
-        text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
-    }
 }

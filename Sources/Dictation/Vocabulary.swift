@@ -6,7 +6,7 @@
 /// of two or three words and a term of at least ``fuzzyLength`` letters, one edit away (a letter
 /// added, dropped, changed or two swapped) with the same first letter. A single word is never
 /// rewritten on a near spelling: that is how ordinary words get replaced.
-struct Vocabulary {
+struct Vocabulary: Sendable {
     static let fuzzyLength = 8
     static let window = 3
 
@@ -21,6 +21,7 @@ struct Vocabulary {
     }
 
     func corrected(_ words: [Word]) -> [Word] {
+        guard !terms.isEmpty else { return words }
         var result: [Word] = []
         var index = 0
         while index < words.count {

@@ -96,13 +96,13 @@ private final class InputMethodDictationSession: DictationOutputSession {
     }
 
     func press(_ key: Key) {
-        if route.activeState != nil, route.press(keysym: key.keysym) { return }
+        if route.press(keysym: key.keysym) { return }
         fallbackSession()?.press(key)
     }
 
     /// IBus deletes surrounding text in Unicode characters (GTK counts code points).
     func retract(_ typed: String) {
-        if route.activeState != nil, route.delete(characters: typed.unicodeScalars.count) { return }
+        if route.delete(characters: typed.unicodeScalars.count) { return }
         fallbackSession()?.retract(typed)
     }
 

@@ -161,8 +161,9 @@ extension SpeechCore {
     // MARK: Transcript
 
     /// A result through the session's `[text]` rules: an interim shows its words; a final's
-    /// edits (text, keys, "scratch that", "stop listening") apply in order.
-    func apply(_ result: RecognitionResult) {
+    /// edits (text, keys, "scratch that", "stop listening") apply in order. `ending`: the
+    /// session is being concluded, so "stop listening" has nothing left to stop.
+    func apply(_ result: RecognitionResult, ending: Bool = false) {
         let dictation = session?.dictation ?? Dictation(rules: DictationRules())
         guard result.isFinal else {
             rawInterim = result.text
@@ -192,9 +193,11 @@ extension SpeechCore {
                 press(key)
             case .scratchThat:
                 scratchThat()
-            case .stopListening:
+            case .stopListening where !ending:
                 logger.info("\"stop listening\" said: stopping")
                 call({ .stop($0) }, reply: { _, _ in })
+            case .stopListening:
+                break
             }
         }
     }
@@ -212,7 +215,7 @@ extension SpeechCore {
     /// Keeps the pending interim as a final: stored, then reported as one.
     func promoteInterim() {
         guard !rawInterim.isEmpty else { return }
-        apply(RecognitionResult(text: rawInterim, isFinal: true))
+        apply(RecognitionResult(text: rawInterim, isFinal: true), ending: true)
     }
 
     func dropInterim() {

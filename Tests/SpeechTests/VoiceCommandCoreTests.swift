@@ -43,6 +43,25 @@ struct VoiceCommandCoreTests {
         }
     }
 
+    /// A session that ends on its own keeps its pending interim as the last final; a "stop
+    /// listening" in it has nothing left to stop, and the failure is what the session ends with.
+    @Test func stopListeningInTheInterimOfAFailedSessionStartsNoStop() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start(StartOptions())
+            session.interim("the end, stop listening")
+            await harness.log.wait {
+                $0.contains(.transcript("the end", update: .init(segment: "the end", isFinal: false)))
+            }
+            session.fail(RecognitionError(.backendUnavailable, "the server went away"))
+            await harness.log.wait { $0.contains(.state(.idle)) }
+            #expect(await harness.core.currentTranscript == "the end")
+            #expect(harness.log.all.contains { if case .sessionFailed = $0 { true } else { false } })
+            #expect(!harness.log.all.contains(.state(.stopping)), "no stop was started")
+            #expect(harness.lastHistoryText == "the end")
+        }
+    }
+
     @Test func anInterimShowsItsWordsWithoutTheCommand() async throws {
         let harness = try await CoreHarness()
         try await harness.run {

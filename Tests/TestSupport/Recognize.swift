@@ -21,6 +21,11 @@ public func recognize(
 }
 
 extension Transcript {
+    /// Collapses runs of whitespace, as an engine's words are compared.
+    public static func normalized(_ text: String) -> String {
+        text.split(whereSeparator: \.isWhitespace).joined(separator: " ")
+    }
+
     /// Adds an engine's result as it is (no commands): a final appended, an interim shown.
     @discardableResult
     public mutating func apply(_ result: RecognitionResult) -> Bool {
