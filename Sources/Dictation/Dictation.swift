@@ -48,12 +48,15 @@ public struct DictationRules: Sendable, Equatable {
 /// Turns an engine's final into edits, and an interim into the text to show meanwhile.
 ///
 /// Rules:
-/// - A command counts only as a whole utterance or at its end ("…, new line." but not "a new line
-///   of products"); several may end one ("… new line press enter"). The engine's clause marks
+/// - A command counts only at the end of an utterance ("…, new line." but not "a new line of
+///   products"); several may end one ("… new line new paragraph"). The engine's clause marks
 ///   before it, and its punctuation on the command's words, are dropped.
+/// - A command that presses a key, deletes text or ends the session ("press enter", "submit",
+///   "scratch that", "stop listening") counts only as an utterance of its own, as in Dragon: in
+///   "Please read it before you submit." or "Can you delete that?" it is text, exactly as said.
+///   Layout words ("new line") and spoken punctuation may end or sit inside an utterance.
 /// - "literal" right before a command (or a spoken mark) makes its words text.
-/// - "scratch that" after words of the same utterance drops those words; alone it removes the
-///   previous utterance (``Edit/scratchThat``).
+/// - "scratch that" removes the previous utterance (``Edit/scratchThat``).
 /// - Replacements, then vocabulary, then spoken punctuation apply to the words before the commands.
 public struct Dictation: Sendable {
     public let rules: DictationRules
@@ -64,9 +67,10 @@ public struct Dictation: Sendable {
         vocabulary = Vocabulary(rules.vocabulary)
     }
 
-    /// The edits a final asks for.
-    public func edits(for final: String) -> [Edit] {
-        let (body, commands) = split(final)
+    /// The edits a final asks for. `wholeUtterance`: the final is an utterance of its own (it
+    /// starts after a pause and ends at one), so it may press keys, delete or stop.
+    public func edits(for final: String, wholeUtterance: Bool = true) -> [Edit] {
+        let (body, commands) = split(final, wholeUtterance: wholeUtterance)
         var text = body
         var edits: [Edit] = []
         func flush() {
@@ -93,28 +97,50 @@ public struct Dictation: Sendable {
         return edits
     }
 
-    /// What an interim shows: its words as they would be written, without the commands.
-    public func preview(_ interim: String) -> String {
-        let (body, commands) = split(interim)
-        return commands.contains(.scratchThat) ? "" : body
+    /// What an interim shows: its words as they would be written, without the commands it would
+    /// carry out as an utterance of its own (`wholeUtterance`) or at the end of one.
+    public func preview(_ interim: String, wholeUtterance: Bool = true) -> String {
+        split(interim, wholeUtterance: wholeUtterance).body
+    }
+
+    /// Whether `final` is nothing but commands that need an utterance of their own ("press
+    /// enter", "new line submit"): such a final that may not end its utterance waits to learn.
+    public func isOnlyOwnUtteranceCommands(_ final: String) -> Bool {
+        let (body, commands) = split(final, wholeUtterance: true)
+        return body.isEmpty && commands.contains(where: \.needsOwnUtterance)
     }
 
     /// The written words, and the commands that end the utterance in spoken order.
-    func split(_ text: String) -> (body: String, commands: [SpokenAction]) {
+    func split(_ text: String, wholeUtterance: Bool = true) -> (body: String, commands: [SpokenAction]) {
         var words = Words.split(text)
         var commands: [SpokenAction] = []
         if rules.commands {
-            while let (action, count) = trailingCommand(words) {
-                let before = words.count - count
+            // The commands that end the text, last spoken first, and a "literal" before them.
+            var found: [(action: SpokenAction, count: Int)] = []
+            var end = words.count
+            var literal: Int?
+            while let (action, count) = trailingCommand(words[..<end]) {
+                let before = end - count
                 if before > 0, rules.phrases.actions[[words[before - 1].key]] == .literal {
-                    // "literal new line": the command's words stay, without the engine's marks.
-                    words.remove(at: before - 1)
+                    literal = before - 1
                     break
                 }
+                found.append((action, count))
+                end = before
+            }
+            // A command that needs an utterance of its own, with everything said before it, stays text.
+            var taken = found.count
+            if !wholeUtterance || end > 0, let own = found.firstIndex(where: { $0.action.needsOwnUtterance }) {
+                taken = own
+                literal = nil
+            }
+            for (action, count) in found.prefix(taken) {
                 commands.insert(action, at: 0)
                 words.removeLast(count)
                 if !words.isEmpty { words[words.count - 1].dropTrailing(Word.softMarks) }
             }
+            // "literal new line": the command's words stay as text.
+            if let literal { words.remove(at: literal) }
         }
         words = replaced(words)
         words = vocabulary.corrected(words)
@@ -123,7 +149,7 @@ public struct Dictation: Sendable {
     }
 
     /// The command phrase that ends `words`, longest first.
-    private func trailingCommand(_ words: [Word]) -> (SpokenAction, Int)? {
+    private func trailingCommand(_ words: ArraySlice<Word>) -> (SpokenAction, Int)? {
         for count in stride(from: min(rules.phrases.longest, words.count), through: 1, by: -1) {
             if let action = rules.phrases.actions[words.suffix(count).map(\.key)], action.isCommand {
                 return (action, count)

@@ -62,6 +62,15 @@ public enum SpokenAction: Hashable, Sendable {
         }
     }
 
+    /// Presses a key, deletes text or ends the session: counts only as an utterance of its own,
+    /// so that a sentence that happens to end in "submit" or "delete that" stays text.
+    public var needsOwnUtterance: Bool {
+        switch self {
+        case .press, .scratchThat, .stopListening: true
+        case .newLine, .newParagraph, .literal, .mark, .capitalize, .upperCase: false
+        }
+    }
+
     /// Every action, for the config's names.
     public static let all: [SpokenAction] =
         [.newLine, .newParagraph, .scratchThat, .stopListening, .literal, .capitalize, .upperCase]

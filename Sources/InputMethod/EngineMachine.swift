@@ -13,8 +13,17 @@ import SpeechAPI
 ///   never gets a word meant for the field before it.
 /// - The preedit follows the focus: it leaves with the field (IBus drops it, "clear" mode) and
 ///   shows again in the next field.
-/// - A held push-to-talk key repeats presses: only the first starts a session.
+/// - A held push-to-talk key repeats presses: only the first starts a session. Its release goes
+///   to whichever window has the focus: when the engine loses the focus and does not get it
+///   back within ``focusGrace``, the release can no longer arrive here, so the session stops.
+/// - "scratch that" deletes only the text this engine committed into the field that still has
+///   the focus, newest first; a focus change, a reset (the cursor moved), a key the user typed or
+///   a key sttd pressed makes the earlier text the field's own.
 public struct EngineMachine: Sendable {
+    /// How long the engine may be without the focus while push-to-talk is held (a focus change
+    /// between two fields takes a moment) before its session stops.
+    public static let focusGrace = Duration.milliseconds(400)
+
     /// An input from ibus-daemon, sttd or the key.
     public enum Event: Sendable, Equatable {
         case created(path: String)
@@ -35,6 +44,10 @@ public struct EngineMachine: Sendable {
         /// sttd (re)appeared on the session bus: it must hear the state again.
         case sttdAppeared
         case pushToTalk(pressed: Bool)
+        /// A key the engine passed on to the field at `path` (the user typed).
+        case userKey(path: String)
+        /// ``focusGrace`` has passed since the focus loss numbered so.
+        case focusGraceOver(UInt64)
     }
 
     /// What sttd asks to put into the focused field, in order.
@@ -64,6 +77,10 @@ public struct EngineMachine: Sendable {
         case stopSession
         /// Text dropped because no ordinary field had the focus (logged, never with the text).
         case dropped(characters: Int, secret: Bool)
+        /// A deletion refused: the text before the cursor is not what this engine committed.
+        case deleteRefused(characters: Int)
+        /// Wait ``focusGrace``, then feed ``Event/focusGraceOver(_:)`` with this number.
+        case watchFocus(UInt64)
     }
 
     private struct Engine {
@@ -86,6 +103,11 @@ public struct EngineMachine: Sendable {
     private var shownOn: String?
     private var reported: InputMethodState?
     private var keyDown = false
+    /// The length (Unicode characters) of each text committed into the focused field since it
+    /// got the focus, oldest first: what "scratch that" may delete.
+    private var committed: [Int] = []
+    /// Numbers the focus losses while push-to-talk is held; only the newest may stop the session.
+    private var focusLosses: UInt64 = 0
 
     public init() {}
 
@@ -94,9 +116,10 @@ public struct EngineMachine: Sendable {
     public var state: InputMethodState {
         let active = engines.values.contains { $0.enabled }
         guard settling == nil, let focused, let engine = engines[focused], engine.enabled else {
-            return InputMethodState(active: active)
+            return InputMethodState(active: active, pushToTalk: keyDown)
         }
-        return InputMethodState(active: active, focused: true, secret: Self.isSecret(engine.purpose))
+        return InputMethodState(
+            active: active, focused: true, secret: Self.isSecret(engine.purpose), pushToTalk: keyDown)
     }
 
     static func isSecret(_ purpose: UInt32) -> Bool { purpose == IBus.password || purpose == IBus.pin }
@@ -108,23 +131,24 @@ public struct EngineMachine: Sendable {
             engines[path] = Engine()
         case .destroyed(let path):
             engines[path] = nil
-            loseFocus(path)
+            actions += loseFocus(path)
         case .enabled(let path):
             // Only engines ibus-daemon created and has not destroyed: a late call cannot revive one.
             engines[path]?.enabled = true
         case .disabled(let path):
             engines[path]?.enabled = false
-            loseFocus(path)
+            actions += loseFocus(path)
         case .focusIn(let path, let client):
             guard engines[path] != nil else { break }
-            if focused != path { loseFocus(focused) }
+            if focused != path { actions += loseFocus(focused) }
             guard client != IBus.fakeClient else { break }
             focused = path
+            committed.removeAll()
             rounds += 1
             settling = rounds
             actions.append(.settle(rounds))
         case .focusOut(let path):
-            loseFocus(path)
+            actions += loseFocus(path)
         case .contentType(let path, let purpose):
             engines[path]?.purpose = purpose
             guard path == focused, settling == nil else { break }
@@ -136,6 +160,7 @@ public struct EngineMachine: Sendable {
             }
         case .reset(let path):
             if shownOn == path { shownOn = nil }
+            if focused == path { committed.removeAll() }
         case .settled(let round):
             guard round == settling else { break }
             settling = nil
@@ -158,6 +183,13 @@ public struct EngineMachine: Sendable {
             if pressed && !keyDown { actions.append(.startStream) }
             if !pressed && keyDown { actions.append(.stopSession) }
             keyDown = pressed
+        case .userKey(let path):
+            if focused == path { committed.removeAll() }
+        case .focusGraceOver(let loss):
+            // The release went to a window without this engine: it never comes.
+            guard loss == focusLosses, keyDown, focused == nil else { break }
+            keyDown = false
+            actions.append(.stopSession)
         }
         if state != reported {
             reported = state
@@ -167,14 +199,18 @@ public struct EngineMachine: Sendable {
     }
 
     /// The engine at `path` no longer has an ordinary field's focus.
-    private mutating func loseFocus(_ path: String?) {
-        guard let path, focused == path else { return }
+    private mutating func loseFocus(_ path: String?) -> [Action] {
+        guard let path, focused == path else { return [] }
         focused = nil
         settling = nil
+        committed.removeAll()
         // Finals that waited for the focus to settle had no field: dropped like any such text.
         pending.removeAll()
         // IBus drops a "clear"-mode preedit at focus-out; it shows again in the next field.
         if shownOn == path { shownOn = nil }
+        guard keyDown else { return [] }
+        focusLosses += 1
+        return [.watchFocus(focusLosses)]
     }
 
     /// The focused ordinary field, if text may go there now.
@@ -187,9 +223,15 @@ public struct EngineMachine: Sendable {
 
     private mutating func deliver(_ delivery: Delivery) -> [Action] {
         guard let target else {
-            guard case .commit(let text) = delivery else { return [] }
-            let secret = focused.flatMap { engines[$0] }.map { Self.isSecret($0.purpose) } ?? false
-            return [.dropped(characters: text.count, secret: secret)]
+            switch delivery {
+            case .commit(let text):
+                let secret = focused.flatMap { engines[$0] }.map { Self.isSecret($0.purpose) } ?? false
+                return [.dropped(characters: text.count, secret: secret)]
+            case .delete(let characters):
+                return characters > 0 ? [.deleteRefused(characters: characters)] : []
+            case .key:
+                return []
+            }
         }
         switch delivery {
         case .commit(let text):
@@ -199,10 +241,18 @@ public struct EngineMachine: Sendable {
                 shownOn = nil
             }
             actions.append(.commit(path: target, text: text))
+            committed.append(text.unicodeScalars.count)
             return actions
         case .delete(let characters):
-            return characters > 0 ? [.deleteBefore(path: target, characters: characters)] : []
+            guard characters > 0 else { return [] }
+            guard committed.last == characters else {
+                committed.removeAll()
+                return [.deleteRefused(characters: characters)]
+            }
+            committed.removeLast()
+            return [.deleteBefore(path: target, characters: characters)]
         case .key(let keysym):
+            committed.removeAll()
             return [.forwardKey(path: target, keysym: keysym)]
         }
     }

@@ -17,9 +17,9 @@ public final class InputMethodEngine: Sendable {
     /// sttd send a handful per keystroke or result; 4096 is far beyond any burst.
     public static let eventCapacity = 4096
 
-    private let configuration: EngineConfiguration
+    let configuration: EngineConfiguration
     private let environment: [String: String]
-    private let logger: Logger
+    let logger: Logger
     private let engineCount = Mutex<Int>(0)
 
     public init(configuration: EngineConfiguration, environment: [String: String], logger: Logger) {
@@ -59,6 +59,8 @@ public final class InputMethodEngine: Sendable {
         // Presses and releases in order; a held key does not repeat here (the machine filters).
         let (commands, commandInput) = AsyncStream.makeStream(
             of: SessionCommand.self, bufferingPolicy: .bufferingOldest(16))
+        // Focus losses while push-to-talk is held: only the newest counts.
+        let (focusLosses, focusLossInput) = AsyncStream.makeStream(of: UInt64.self, bufferingPolicy: .bufferingNewest(1))
 
         ibus.export(factory(on: ibus, queue: queue))
         do {
@@ -78,12 +80,23 @@ public final class InputMethodEngine: Sendable {
                 var machine = EngineMachine()
                 for await event in events {
                     for action in machine.handle(event) {
-                        perform(action, ibus: ibus, reports: reportInput, rounds: roundInput, commands: commandInput)
+                        perform(
+                            action, ibus: ibus,
+                            outputs: Outputs(
+                                reports: reportInput, rounds: roundInput, commands: commandInput,
+                                focusLosses: focusLossInput))
                     }
                 }
                 reportInput.finish()
                 roundInput.finish()
                 commandInput.finish()
+                focusLossInput.finish()
+            }
+            group.addTask {
+                for await loss in focusLosses {
+                    try? await Task.sleep(for: EngineMachine.focusGrace)
+                    queue.yield(.focusGraceOver(loss))
+                }
             }
             group.addTask { [self] in await followText(from: session, into: queue) }
             group.addTask { [self] in await followOwner(on: session, into: queue) }
@@ -138,108 +151,17 @@ public final class InputMethodEngine: Sendable {
             logger: logger)
     }
 
-    /// One engine object: every method ibus-daemon calls is answered; those that matter queue an event.
-    private func engine(at path: String, on ibus: DBusConnection, queue: EventQueue) throws(DBusError) -> DBusObject {
-        let pushToTalk = configuration.pushToTalk
-        func method(_ name: String, _ inputs: [DBusType] = [], event: EngineMachine.Event? = nil) -> DBusMethod {
-            DBusMethod(name, inputs: inputs.enumerated().map { DBusArgument("arg\($0.offset)", $0.element) }) {
-                _, reply in
-                if let event { queue.yield(event) }
-                reply.send([])
-            }
-        }
-        let processKey = DBusMethod(
-            "ProcessKeyEvent",
-            inputs: [
-                DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
-                DBusArgument("state", .uint32),
-            ],
-            outputs: [DBusArgument("handled", .boolean)]
-        ) { call, reply in
-            // Every key but push-to-talk goes to the application as it is (the user's layout applies).
-            guard let pushToTalk, call.arguments.first?.uint32 == pushToTalk else {
-                return reply.send([.boolean(false)])
-            }
-            let released = (call.arguments[2].uint32 ?? 0) & IBus.releaseMask != 0
-            queue.yield(.pushToTalk(pressed: !released))
-            reply.send([.boolean(true)])
-        }
-        let focusInID = DBusMethod(
-            "FocusInId", inputs: [DBusArgument("object_path", .string), DBusArgument("client", .string)]
-        ) { call, reply in
-            queue.yield(.focusIn(path: path, client: call.arguments[1].string))
-            reply.send([])
-        }
-        let destroy = DBusMethod("Destroy") { [logger] _, reply in
-            reply.send([])
-            ibus.unexport(path: path)
-            queue.yield(.destroyed(path: path))
-            logger.debug("engine destroyed", metadata: ["path": "\(path)"])
-        }
-        let contentType = DBusProperty(
-            "ContentType", .structure([.uint32(0), .uint32(0)]), changeSignal: .none,
-            setter: { value in
-                guard case .structure(let fields) = value, fields.count == 2, let purpose = fields[0].uint32 else {
-                    throw DBusError.invalidArgs("ContentType must be (uu)")
-                }
-                queue.yield(.contentType(path: path, purpose: purpose))
-                return value
-            })
-        // True: ibus-daemon then says which client has the focus, so the desktop ("fake") is no field.
-        let focusID = DBusProperty("FocusId", .boolean(true), changeSignal: .const)
-        let engineInterface = DBusInterface(
-            name: IBus.engineInterface,
-            methods: [
-                processKey,
-                method("SetCursorLocation", [.int32, .int32, .int32, .int32]),
-                method("ProcessHandWritingEvent", [.array(.double)]),
-                method("CancelHandWriting", [.uint32]),
-                method("SetCapabilities", [.uint32]),
-                method("PropertyActivate", [.string, .uint32]),
-                method("PropertyShow", [.string]),
-                method("PropertyHide", [.string]),
-                method("CandidateClicked", [.uint32, .uint32, .uint32]),
-                method("FocusIn", event: .focusIn(path: path, client: nil)),
-                focusInID,
-                method("FocusOut", event: .focusOut(path: path)),
-                method("FocusOutId", [.string], event: .focusOut(path: path)),
-                method("Reset", event: .reset(path: path)),
-                method("Enable", event: .enabled(path: path)),
-                method("Disable", event: .disabled(path: path)),
-                method("PageUp"), method("PageDown"), method("CursorUp"), method("CursorDown"),
-                method("SetSurroundingText", [.variant, .uint32, .uint32]),
-                method("PanelExtensionReceived", [.variant]),
-                method("PanelExtensionRegisterKeys", [.variant]),
-            ],
-            properties: [contentType, focusID],
-            signals: [
-                DBusSignal("CommitText", arguments: [DBusArgument("text", .variant)]),
-                DBusSignal(
-                    "DeleteSurroundingText",
-                    arguments: [DBusArgument("offset_from_cursor", .int32), DBusArgument("nchars", .uint32)]),
-                DBusSignal(
-                    "ForwardKeyEvent",
-                    arguments: [
-                        DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
-                        DBusArgument("state", .uint32),
-                    ]),
-                DBusSignal(
-                    "UpdatePreeditText",
-                    arguments: [
-                        DBusArgument("text", .variant), DBusArgument("cursor_pos", .uint32),
-                        DBusArgument("visible", .boolean), DBusArgument("mode", .uint32),
-                    ]),
-            ])
-        let serviceInterface = DBusInterface(name: IBus.serviceInterface, methods: [destroy])
-        return try DBusObject(path: path, interfaces: [engineInterface, serviceInterface], logger: logger)
-    }
-
     // MARK: Actions
 
-    private func perform(
-        _ action: EngineMachine.Action, ibus: DBusConnection, reports: AsyncStream<InputMethodState>.Continuation,
-        rounds: AsyncStream<UInt64>.Continuation, commands: AsyncStream<SessionCommand>.Continuation
-    ) {
+    /// Where actions that wait go: each stream feeds a child task of ``run()``.
+    private struct Outputs {
+        let reports: AsyncStream<InputMethodState>.Continuation
+        let rounds: AsyncStream<UInt64>.Continuation
+        let commands: AsyncStream<SessionCommand>.Continuation
+        let focusLosses: AsyncStream<UInt64>.Continuation
+    }
+
+    private func perform(_ action: EngineMachine.Action, ibus: DBusConnection, outputs: Outputs) {
         switch action {
         case .showPreedit(let path, let text):
             emit(
@@ -267,13 +189,19 @@ public final class InputMethodEngine: Sendable {
                     [.uint32(key.keyval), .uint32(key.keycode), .uint32(state)])
             }
         case .report(let state):
-            reports.yield(state)
+            outputs.reports.yield(state)
         case .settle(let round):
-            rounds.yield(round)
+            outputs.rounds.yield(round)
         case .startStream:
-            commands.yield(.start)
+            outputs.commands.yield(.start)
         case .stopSession:
-            commands.yield(.stop)
+            outputs.commands.yield(.stop)
+        case .watchFocus(let loss):
+            outputs.focusLosses.yield(loss)
+        case .deleteRefused(let characters):
+            logger.notice(
+                "\"scratch that\" deleted nothing: the text before the cursor is not what this engine put into the focused field",
+                metadata: ["characters": "\(characters)"])
         case .dropped(let characters, let secret):
             // Never the text itself: it may be anything the user said.
             logger.notice(

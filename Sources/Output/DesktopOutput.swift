@@ -23,8 +23,10 @@ public final class DesktopOutput: Sendable {
     /// How many requests may wait behind the running one.
     public static let queueCapacity = 64
 
-    private let engine: OutputEngine
+    let engine: OutputEngine
     private let worker: SerialWorker
+    /// What this output typed, for "scratch that" (see ``retract(_:done:)``).
+    let ledger = SharedTypedLedger()
 
     /// environment: the variables of the user's graphical session (WAYLAND_DISPLAY, DISPLAY,
     /// XDG_CURRENT_DESKTOP, XDG_RUNTIME_DIR, PATH...). typingTool: the config override (nil = choose).
@@ -48,14 +50,24 @@ public final class DesktopOutput: Sendable {
     /// Types `text` into the focused window after everything queued before it; returns at once.
     /// Control characters become spaces. `done` (on the worker thread) gets nil or the failure.
     public func type(_ text: String, done: @escaping @Sendable (OutputError?) -> Void) {
-        let engine = engine
-        enqueue(done) { () throws(OutputError) in try engine.type(text) }
+        let (engine, ledger) = (engine, ledger)
+        enqueue(done) { () throws(OutputError) in
+            // A failed run may have typed part of the text: nothing before it can be taken back.
+            ledger.clear()
+            let window = engine.focusedWindow()
+            try engine.type(text)
+            ledger.typed(text, into: window)
+        }
     }
 
     /// Presses `keys` in order in the focused window, after everything queued before.
     public func press(_ keys: [Key], done: @escaping @Sendable (OutputError?) -> Void) {
-        let engine = engine
-        enqueue(done) { () throws(OutputError) in try engine.press(keys) }
+        let (engine, ledger) = (engine, ledger)
+        enqueue(done) { () throws(OutputError) in
+            // After a key ("press enter") the text before the cursor is no longer ours to delete.
+            ledger.clear()
+            try engine.press(keys)
+        }
     }
 
     /// Puts `text` on the CLIPBOARD selection (PRIMARY untouched); with paste, pastes it into the
@@ -71,7 +83,7 @@ public final class DesktopOutput: Sendable {
         if !worker.submit(done) { done() }
     }
 
-    private func enqueue(
+    func enqueue(
         _ done: @escaping @Sendable (OutputError?) -> Void, _ job: @escaping @Sendable () throws(OutputError) -> Void
     ) {
         let accepted = worker.submit {
@@ -107,7 +119,7 @@ final class OutputEngine: Sendable {
     private let environment: [String: String]
     private let override: TypingTool?
     private let logger: Logger
-    private let runner: ToolRunner
+    let runner: ToolRunner
 
     init(environment: [String: String], override: TypingTool?, logger: Logger) {
         self.environment = environment
@@ -346,61 +358,6 @@ final class OutputEngine: Sendable {
         case .wtype: ["-s", "\(Self.wtypeLeadIn)", "-M", "ctrl", "-k", "v", "-m", "ctrl"]
         case .xdotool: ["key", "ctrl+v"]
         case .ydotool: ["key", "ctrl+v"]
-        }
-    }
-
-    /// The CLIPBOARD content, or nil when it is empty or not text.
-    func readClipboard(_ clipboard: ClipboardTool) -> [UInt8]? {
-        let run: ToolRun
-        do {
-            switch clipboard {
-            case .wlClipboard:
-                run = try runner.run("wl-paste", ["--no-newline"], timeout: Self.clipboardTimeout)
-            case .xclip:
-                run = try runner.run("xclip", ["-o", "-selection", "clipboard"], timeout: Self.clipboardTimeout)
-            }
-        } catch {
-            return nil
-        }
-        return run.succeeded ? run.stdout : nil
-    }
-
-    /// Puts `bytes` on CLIPBOARD. wl-copy and xclip leave a child that owns the selection until
-    /// another program takes it; they return once it is owned.
-    private func setClipboard(_ bytes: [UInt8], clipboard: ClipboardTool) throws(OutputError) {
-        let run: ToolRun
-        switch clipboard {
-        case .wlClipboard:
-            run = try runner.run("wl-copy", [], stdin: bytes, timeout: Self.clipboardTimeout)
-        case .xclip:
-            run = try runner.run(
-                "xclip", ["-i", "-selection", "clipboard"], stdin: bytes, timeout: Self.clipboardTimeout)
-        }
-        guard run.succeeded else {
-            throw OutputError(.failed, "\(clipboard.executables[0]) failed: \(run.reason)")
-        }
-    }
-
-    private func clearClipboard(_ clipboard: ClipboardTool) throws(OutputError) {
-        switch clipboard {
-        case .wlClipboard:
-            let run = try runner.run("wl-copy", ["--clear"], timeout: Self.clipboardTimeout)
-            guard run.succeeded else { throw OutputError(.failed, "wl-copy --clear failed: \(run.reason)") }
-        case .xclip:
-            // X has no "empty" owner with xclip; an empty text is the nearest.
-            try setClipboard([], clipboard: clipboard)
-        }
-    }
-
-    /// wl-copy may return before the compositor has switched the selection, and xclip before its
-    /// background child has claimed it (under load another owner could still answer): read it back.
-    private func waitUntilClipboard(holds bytes: [UInt8], _ clipboard: ClipboardTool) throws(OutputError) {
-        let deadline = ContinuousClock.now + .seconds(2)
-        while readClipboard(clipboard) != bytes {
-            guard ContinuousClock.now < deadline else {
-                throw OutputError(.failed, "the clipboard did not take the text to paste within 2 s")
-            }
-            usleep(5_000)
         }
     }
 }

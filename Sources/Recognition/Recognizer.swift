@@ -14,15 +14,20 @@ public struct RecognitionResult: Sendable, Equatable {
     public var audioEnd: Double?
     /// The final that answers a ``RecognitionStream/finalize()`` (Deepgram's `from_finalize`).
     public var fromFinalize: Bool
+    /// A final that ends its utterance (a pause follows): an offline engine's finals always do;
+    /// a streaming server's only with `speech_final` (or as the answer to a flush).
+    public var endsUtterance: Bool
 
     public init(
-        text: String, isFinal: Bool, audioStart: Double? = nil, audioEnd: Double? = nil, fromFinalize: Bool = false
+        text: String, isFinal: Bool, audioStart: Double? = nil, audioEnd: Double? = nil, fromFinalize: Bool = false,
+        endsUtterance: Bool = true
     ) {
         self.text = RecognitionText.sanitized(text)
         self.isFinal = isFinal
         self.audioStart = audioStart
         self.audioEnd = audioEnd
         self.fromFinalize = fromFinalize
+        self.endsUtterance = endsUtterance
     }
 }
 

@@ -35,10 +35,7 @@ struct DesktopDictationOutput: DictationOutput {
     {
         if mode == .type, let inputMethod, let state = inputMethod.activeState {
             if state.focused && state.secret { throw Self.secretField }
-            return InputMethodDictationSession(
-                route: inputMethod,
-                fallback: { DesktopOutput(environment: environment, typingTool: typingTool, logger: logger) },
-                failed: failed)
+            return InputMethodDictationSession(route: inputMethod, failed: failed)
         }
         let desktop = DesktopOutput(environment: environment, typingTool: typingTool, logger: logger)
         do throws(OutputError) {
@@ -50,7 +47,7 @@ struct DesktopDictationOutput: DictationOutput {
         } catch {
             throw .invalidConfiguration("output = \"\(mode.rawValue)\" cannot work here: \(error.message)")
         }
-        return DesktopDictationSession(desktop: desktop, mode: mode, paste: paste, failed: failed)
+        return DesktopDictationSession(desktop: desktop, mode: mode, paste: paste, logger: logger, failed: failed)
     }
 
     static let secretField = SpeechError.notAuthorized(
@@ -59,36 +56,27 @@ struct DesktopDictationOutput: DictationOutput {
 }
 
 /// One session's typing through the input method: the interim as preedit, each final committed
-/// into the field focused when it arrives. When the input method is no longer active (the user
-/// switched to another one, or `sttd-ibus` left), later text goes to the typing tools as without it.
+/// into the field focused when it arrives. Such a session delivers only through the input method:
+/// once it has left or is no longer active, later text stays in the transcript and history, and
+/// the typing tools (which type into any window, password fields included) never type it.
 private final class InputMethodDictationSession: DictationOutputSession {
     private let route: InputMethodRoute
-    private let makeFallback: @Sendable () -> DesktopOutput
     private let failed: @Sendable (String) -> Void
-    private struct State {
-        var fallback: DesktopDictationSession?
-        /// The typing tools cannot work here (reported once).
-        var fallbackFailed = false
-        var reportedUntyped = false
-    }
-    private let state = Mutex(State())
+    /// Each problem is reported once per session.
+    private let reported = Mutex<Set<Untyped>>([])
 
-    init(
-        route: InputMethodRoute, fallback: @escaping @Sendable () -> DesktopOutput,
-        failed: @escaping @Sendable (String) -> Void
-    ) {
+    private enum Untyped: Hashable { case secret, noField, inputMethodGone }
+
+    init(route: InputMethodRoute, failed: @escaping @Sendable (String) -> Void) {
         self.route = route
-        makeFallback = fallback
         self.failed = failed
     }
 
     func type(_ text: String) {
-        if let state = route.activeState {
-            // The input method drops text for no field or a secret one; say so once per session.
-            if !state.focused || state.secret { reportUntyped(secret: state.focused) }
-            if route.commit(text) { return }
-        }
-        fallbackSession()?.type(text)
+        guard let state = route.activeState else { return report(.inputMethodGone) }
+        // The input method drops text for no field or a secret one.
+        if !state.focused || state.secret { report(state.focused ? .secret : .noField) }
+        if !route.commit(text) { report(.inputMethodGone) }
     }
 
     func preedit(_ text: String) {
@@ -96,58 +84,33 @@ private final class InputMethodDictationSession: DictationOutputSession {
     }
 
     func press(_ key: Key) {
-        if route.press(keysym: key.keysym) { return }
-        fallbackSession()?.press(key)
+        if !route.press(keysym: key.keysym) { report(.inputMethodGone) }
     }
 
-    /// IBus deletes surrounding text in Unicode characters (GTK counts code points).
+    /// IBus deletes surrounding text in Unicode characters (GTK counts code points); the input
+    /// method deletes only if it is the text it last committed into the field still focused.
     func retract(_ typed: String) {
-        if route.delete(characters: typed.unicodeScalars.count) { return }
-        fallbackSession()?.retract(typed)
+        route.delete(characters: typed.unicodeScalars.count)
     }
 
     func finish(transcript: String?, done: @escaping @Sendable () -> Void) {
         route.preedit("")
-        guard let fallback = state.withLock({ $0.fallback }) else { return done() }
-        fallback.finish(transcript: transcript, done: done)
+        done()
     }
 
-    private func reportUntyped(secret: Bool) {
-        let isNew = state.withLock { state in
-            defer { state.reportedUntyped = true }
-            return !state.reportedUntyped
-        }
-        guard isNew else { return }
-        failed(
-            secret
-                ? "Dictated text was not typed: the focused field is for a password or PIN. Nothing is lost: the text is in `sttctl transcript` and `sttctl history`."
-                : "Dictated text was not typed: no text field had the keyboard focus. Nothing is lost: the text is in `sttctl transcript` and `sttctl history`."
-        )
-    }
-
-    /// The typing tools, opened at the first text the input method cannot take; nil (reported)
-    /// when they cannot work here.
-    private func fallbackSession() -> DesktopDictationSession? {
-        let (session, problem) = state.withLock { state -> (DesktopDictationSession?, String?) in
-            if let fallback = state.fallback { return (fallback, nil) }
-            if state.fallbackFailed { return (nil, nil) }
-            let desktop = makeFallback()
-            do throws(OutputError) {
-                try desktop.checkTyping()
-            } catch {
-                state.fallbackFailed = true
-                return (nil, error.message)
-            }
-            let session = DesktopDictationSession(desktop: desktop, mode: .type, paste: false, failed: failed)
-            state.fallback = session
-            return (session, nil)
-        }
-        if let problem {
+    private func report(_ problem: Untyped) {
+        guard reported.withLock({ $0.insert(problem).inserted }) else { return }
+        let kept = "Nothing is lost: the text is in `sttctl transcript` and `sttctl history`."
+        switch problem {
+        case .secret:
+            failed("Dictated text was not typed: the focused field is for a password or PIN. \(kept)")
+        case .noField:
+            failed("Dictated text was not typed: no text field had the keyboard focus. \(kept)")
+        case .inputMethodGone:
             failed(
-                "The input method is no longer active and typing cannot work here: \(problem). Nothing is lost: the text is in `sttctl transcript` and `sttctl history`."
+                "Dictated text was not typed: the input method this session types through is no longer active, and sttd does not switch to typing tools mid-session. \(kept)"
             )
         }
-        return session
     }
 }
 
@@ -157,12 +120,17 @@ final class DesktopDictationSession: DictationOutputSession {
     private let mode: OutputMode
     private let paste: Bool
     private let failed: @Sendable (String) -> Void
+    private let logger: Logger
     private let lastReported = Mutex<String?>(nil)
 
-    init(desktop: DesktopOutput, mode: OutputMode, paste: Bool, failed: @escaping @Sendable (String) -> Void) {
+    init(
+        desktop: DesktopOutput, mode: OutputMode, paste: Bool, logger: Logger,
+        failed: @escaping @Sendable (String) -> Void
+    ) {
         self.desktop = desktop
         self.mode = mode
         self.paste = paste
+        self.logger = logger
         self.failed = failed
     }
 
@@ -176,10 +144,18 @@ final class DesktopDictationSession: DictationOutputSession {
         desktop.press([key]) { [self] error in report(error) }
     }
 
-    /// A backspace for each character (grapheme) typed.
+    /// A backspace for each character (grapheme) typed, if the tool typed it and (on X11) its
+    /// window still has the focus; otherwise the words leave the transcript only.
     func retract(_ typed: String) {
         guard mode == .type, !typed.isEmpty else { return }
-        desktop.press(Array(repeating: .backspace, count: typed.count)) { [self] error in report(error) }
+        desktop.retract(typed) { [self] result in
+            switch result {
+            case .failure(let error): report(error)
+            case .success(true): break
+            case .success(false):
+                logger.info("\"scratch that\": the words were not typed, or their window lost the focus; nothing deleted")
+            }
+        }
     }
 
     func finish(transcript: String?, done: @escaping @Sendable () -> Void) {

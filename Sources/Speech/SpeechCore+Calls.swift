@@ -72,10 +72,11 @@ extension SpeechCore {
         publish(.transcript("", update: TranscriptUpdate(segment: "", isFinal: true)))
     }
 
-    /// Stops the session `destination`'s app started, if it runs: the app left the bus, and
-    /// nobody else may stop it. Returns whether one was running.
-    public func stopSession(startedBy destination: String) -> Bool {
-        guard sessionOwner?.privateDestination == destination, machine.state != .idle else { return false }
+    /// Stops the session started from `connection`, if it runs, as a Stop would: the app left the
+    /// bus and nobody else may stop it, or the input method left while its push-to-talk key was
+    /// held. Returns whether one was running.
+    public func stopSession(startedFrom connection: String) -> Bool {
+        guard sessionOwner?.connection == connection, machine.state != .idle else { return false }
         call({ .stop($0) }) { _, _ in }
         return true
     }

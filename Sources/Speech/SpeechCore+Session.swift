@@ -63,6 +63,7 @@ extension SpeechCore {
             recognizerDown = down
             updateReconnecting()
         case .speechActivity(let now):
+            if !now { utteranceEnded() }
             setSpeaking(now)
             if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
         case .fellBack(let reason):
@@ -162,19 +163,48 @@ extension SpeechCore {
 
     /// A result through the session's `[text]` rules: an interim shows its words; a final's
     /// edits (text, keys, "scratch that", "stop listening") apply in order. `ending`: the
-    /// session is being concluded, so "stop listening" has nothing left to stop.
+    /// session is being concluded, so "stop listening" has nothing left to stop, and the
+    /// utterance ends here.
     func apply(_ result: RecognitionResult, ending: Bool = false) {
         let dictation = session?.dictation ?? Dictation(rules: DictationRules())
+        if let held = heldCommand {
+            if !result.text.isEmpty {
+                // More words: the held command was part of a longer utterance, so it is text.
+                heldCommand = nil
+                applyFinal(held, whole: false, dictation: dictation, ending: ending)
+                utteranceOpen = true
+            } else if result.isFinal, result.endsUtterance || ending {
+                utteranceEnded()
+            }
+        }
         guard result.isFinal else {
             rawInterim = result.text
-            let shown = dictation.preview(result.text)
+            let shown = dictation.preview(result.text, wholeUtterance: !utteranceOpen)
             guard transcript.setInterim(shown) else { return }
             showInterim(shown)
             publish(.transcript(transcript.text, update: TranscriptUpdate(segment: shown, isFinal: false)))
             return
         }
         rawInterim = ""
-        let edits = dictation.edits(for: result.text)
+        let endsUtterance = result.endsUtterance || ending
+        if !utteranceOpen, !endsUtterance, dictation.isOnlyOwnUtteranceCommands(result.text) {
+            heldCommand = result
+            return
+        }
+        applyFinal(result, whole: !utteranceOpen && endsUtterance, dictation: dictation, ending: ending)
+        utteranceOpen = !endsUtterance
+    }
+
+    /// The utterance ended (a pause): a command held for it is carried out.
+    func utteranceEnded() {
+        utteranceOpen = false
+        guard let held = heldCommand else { return }
+        heldCommand = nil
+        applyFinal(held, whole: true, dictation: session?.dictation ?? Dictation(rules: DictationRules()), ending: false)
+    }
+
+    private func applyFinal(_ result: RecognitionResult, whole: Bool, dictation: Dictation, ending: Bool) {
+        let edits = dictation.edits(for: result.text, wholeUtterance: whole)
         if !edits.contains(where: { if case .text = $0 { true } else { false } }), !transcript.interim.isEmpty {
             // The words shown meanwhile were a command: they go, as an empty final says.
             transcript.dropInterim()
@@ -214,7 +244,7 @@ extension SpeechCore {
 
     /// Keeps the pending interim as a final: stored, then reported as one.
     func promoteInterim() {
-        guard !rawInterim.isEmpty else { return }
+        guard !rawInterim.isEmpty || heldCommand != nil else { return }
         apply(RecognitionResult(text: rawInterim, isFinal: true), ending: true)
     }
 

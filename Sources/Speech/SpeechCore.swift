@@ -85,6 +85,12 @@ public actor SpeechCore {
     var transcript = Transcript()
     /// The pending interim as the engine wrote it (the transcript holds it as shown).
     var rawInterim = ""
+    /// A final of the current utterance came without its end: what follows is not an utterance
+    /// of its own, so it presses no keys.
+    var utteranceOpen = false
+    /// A final of only key/delete/stop commands whose utterance may go on: carried out once the
+    /// utterance ends there, text if it goes on.
+    var heldCommand: RecognitionResult?
     var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
     var nextCallID: Machine.CallID = 0
     var session: SessionRecord? {
@@ -273,6 +279,7 @@ public actor SpeechCore {
             return handle(.openFailed(error))
         }
         transcript.reset()
+        (utteranceOpen, heldCommand) = (false, nil)
         publish(.transcript("", update: nil))
         let client = options.caller ?? Caller(name: "host")
         sessionOwner = client

@@ -45,9 +45,15 @@ public struct Caller: Sendable, Equatable {
     /// Where a sandboxed app's session reports to (its unique bus name); nil for host callers,
     /// whose sessions are broadcast.
     public var privateDestination: String?
+    /// The connection the session was started from (a unique bus name), if it came over the bus.
+    public var connection: String?
 
-    public init(name: String, privateDestination: String? = nil) {
+    /// A sandboxed app: its session is its own and reaches nothing outside its sandbox.
+    public var isSandboxed: Bool { privateDestination != nil }
+
+    public init(name: String, privateDestination: String? = nil, connection: String? = nil) {
         self.name = name
         self.privateDestination = privateDestination
+        self.connection = connection ?? privateDestination
     }
 }

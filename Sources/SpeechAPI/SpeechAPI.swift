@@ -119,8 +119,10 @@ extension SpeechProperty where Value == String {
     public static var activeClient: Self { Self("ActiveClient") }
     /// The desktop's input method as sttd knows it: empty (none, or not chosen), `active` (chosen,
     /// no text field focused), `focused` (typed text goes into the focused field through it) or
-    /// `secret` (the focused field is for a password or PIN: nothing is typed).
-    public static var inputMethod: Self { Self("InputMethod") }
+    /// `secret` (the focused field is for a password or PIN: nothing is typed). Not announced
+    /// (`PropertiesChanged` is a broadcast, and when a password field has the focus is nobody
+    /// else's business); sandboxed callers read it as empty.
+    public static var inputMethod: Self { Self("InputMethod", changeSignal: .none) }
     /// Where the local Deepgram-compatible server listens (`ws://127.0.0.1:8765`); empty when off.
     public static var serverAddress: Self { Self("ServerAddress") }
     /// The engine of the running session: `deepgram`, or `local` (also after a fallback); empty when idle.
@@ -306,15 +308,19 @@ public struct InputMethodState: DBusRepresentable, Equatable {
     public var focused = false
     /// That field is for a password or PIN: it never receives dictated text.
     public var secret = false
+    /// The push-to-talk key is held: if the input method leaves the bus now, its release can
+    /// never arrive, so sttd stops the session it started.
+    public var pushToTalk = false
 
-    public init(active: Bool = false, focused: Bool = false, secret: Bool = false) {
+    public init(active: Bool = false, focused: Bool = false, secret: Bool = false, pushToTalk: Bool = false) {
         self.active = active
         self.focused = focused
         self.secret = secret
+        self.pushToTalk = pushToTalk
     }
 
     /// The keys of the `a{sv}` argument, each a boolean; a missing key is false.
-    public static let keys = ["active", "focused", "secret"]
+    public static let keys = ["active", "focused", "secret", "push_to_talk"]
 
     /// The value of the `InputMethod` property for this state.
     public var summary: String {
@@ -327,7 +333,10 @@ public struct InputMethodState: DBusRepresentable, Equatable {
 
     /// The `a{sv}` argument of `SetInputMethodState`.
     public var dbusValue: DBusValue {
-        .vardict([("active", .boolean(active)), ("focused", .boolean(focused)), ("secret", .boolean(secret))])
+        .vardict([
+            ("active", .boolean(active)), ("focused", .boolean(focused)), ("secret", .boolean(secret)),
+            ("push_to_talk", .boolean(pushToTalk)),
+        ])
     }
 
     /// Parses the argument; an unknown key or a value that is not a boolean is `InvalidArgs`.
@@ -343,6 +352,7 @@ public struct InputMethodState: DBusRepresentable, Equatable {
             case "active": active = flag
             case "focused": focused = flag
             case "secret": secret = flag
+            case "push_to_talk": pushToTalk = flag
             default:
                 throw .invalidArgs("unknown state key '\(key)'; known keys: \(Self.keys.joined(separator: ", "))")
             }

@@ -50,6 +50,11 @@ extension Consent {
             interface: DesktopNotifier.destination, member: member, arguments: arguments, timeout: .seconds(2))
     }
 
+    /// What an allowed app can and cannot do, said where the user decides.
+    static func promptBody(_ app: String) -> String {
+        "\(app) wants to turn on your microphone and get the text of what you say. It gets only its own transcript: it cannot type into other windows, pick another microphone or send your voice elsewhere. Like any app allowed to talk to sttd, it can follow what you dictate in other apps."
+    }
+
     /// Shows the Allow/Deny notification and waits for the answer, at most ``timeout``.
     func prompt(_ app: String) async -> Answer {
         let server: String
@@ -78,7 +83,7 @@ extension Consent {
                 [
                     .string("sttd"), .uint32(0), .string("audio-input-microphone"),
                     .string("Allow \(app) to use dictation?"),
-                    .string("\(app) wants to turn on the microphone and transcribe what you say."),
+                    .string(Self.promptBody(app)),
                     .strings(["allow", "Allow", "deny", "Deny"]),
                     .vardict([("urgency", .byte(2)), ("category", .string("device"))]), .int32(milliseconds),
                 ])

@@ -27,9 +27,11 @@ public final class Consent: Sendable {
 
     typealias Job = @Sendable () async -> Void
 
-    /// How many decisions may wait for ``run()``; beyond it a call is refused with `Busy` at
-    /// once (a flood of calls from sandboxed apps cannot grow sttd's memory).
+    /// How many calls of sandboxed apps may be undecided at once (queued, or waiting for the
+    /// user's answer to a prompt), overall and per caller; beyond either a call is refused with
+    /// `Busy` at once, so a flood of calls while a prompt is open cannot grow sttd's memory.
     public static let queueLimit = 256
+    public static let perCallerLimit = 16
     /// Methods that may ask the user.
     static let asking: Set<String> = [
         SpeechMethod.startTranscribing.name, SpeechMethod.toggleTranscribing.name,
@@ -61,6 +63,8 @@ public final class Consent: Sendable {
     let ownUID = getuid()
     /// Called with each unique name that leaves the bus.
     let departureObservers = Mutex<[@Sendable (String) -> Void]>([])
+    /// Calls being decided, overall and by caller (see ``queueLimit``).
+    let undecided = Mutex(UndecidedCalls())
 
     public init(
         connection: DBusConnection, policy: ConsentPolicy, store: any ConsentStore, timeout: Duration,
@@ -92,13 +96,27 @@ public final class Consent: Sendable {
     public var gate: DBusGate {
         { [self] access, decision in
             if identities.identity(of: access.sender) == .host { return decision.allow() }
-            let queued = enqueue { [self] in decision.decide(await self.decision(for: access)) }
+            let sender = access.sender
+            guard undecided.withLock({ $0.reserve(for: sender) }) else {
+                return decision.refuse(
+                    SpeechError.busy(
+                        "sttd is deciding too many calls from sandboxed apps; wait for the answers and try again."
+                    ).dbusError)
+            }
+            let queued = enqueue { [self] in
+                decision.decide(await self.decision(for: access))
+                undecided.withLock { $0.release(for: sender) }
+            }
             if !queued {
+                undecided.withLock { $0.release(for: sender) }
                 decision.refuse(
                     SpeechError.busy("sttd is deciding too many calls from sandboxed apps; try again.").dbusError)
             }
         }
     }
+
+    /// How many calls are undecided now (tests check the bound).
+    public var undecidedCount: Int { undecided.withLock { $0.total } }
 
     /// Queues work for ``run()``; false if the queue is full or closed.
     @discardableResult
@@ -269,17 +287,37 @@ public final class Consent: Sendable {
     }
 
     /// A sandboxed app may not change what every later session uses (it could send the user's
-    /// dictation to another backend); it passes its choices as options of its own session.
+    /// dictation to another backend); it may pass a language for its own session.
     static func settingsAreHostOnly(_ property: String) -> DBusError {
         let name = property.isEmpty ? "sttd's settings" : property
         return DBusError(
             name: "org.freedesktop.DBus.Error.AccessDenied",
             message:
-                "Only programs outside a sandbox can change \(name): it applies to every later dictation session. An app passes its choice as a StartTranscribing option (backend, language, source) for its own session instead."
+                "Only programs outside a sandbox can change \(name): it applies to every later dictation session. An app may pass a 'language' option to StartTranscribing for its own session; the microphone, the recognizer and where text goes stay the user's choice."
         )
     }
 
     static func denied(_ app: String) -> DBusError {
         notAuthorized("\(app) is not allowed to use dictation. Run `sttctl allow \(app)` to allow it.")
+    }
+}
+
+/// Calls of sandboxed apps that wait for a decision, counted against ``Consent/queueLimit``
+/// overall and ``Consent/perCallerLimit`` per unique bus name.
+struct UndecidedCalls {
+    private(set) var total = 0
+    private var byCaller: [String: Int] = [:]
+
+    mutating func reserve(for caller: String) -> Bool {
+        guard total < Consent.queueLimit, byCaller[caller, default: 0] < Consent.perCallerLimit else { return false }
+        total += 1
+        byCaller[caller, default: 0] += 1
+        return true
+    }
+
+    mutating func release(for caller: String) {
+        total -= 1
+        let left = byCaller[caller, default: 1] - 1
+        byCaller[caller] = left > 0 ? left : nil
     }
 }

@@ -3,17 +3,27 @@ import Logging
 import SpeechAPI
 import Synchronization
 
-/// The desktop's input method as sttd knows it: the one host program (`sttd-ibus`) that last
-/// called `SetInputMethodState`, with what it said. Text of sessions with `output = type` goes
-/// to it as unicast signals while it is active, so that no other peer on the bus receives it.
+/// The desktop's input method as sttd knows it. Each host program that calls
+/// `SetInputMethodState` is an input method with its last report kept; the one that reported
+/// most recently is *the* input method, and when it leaves the bus the newest of those still on
+/// it takes over at once (a program that reports and exits cannot cut `sttd-ibus` off).
+///
+/// Text of sessions with `output = type` goes to the input method as unicast signals while it
+/// is active. A unicast signal is not private: a bus monitor run by the same user sees it too,
+/// as it sees every message of that user's bus.
 ///
 /// Updated on the bus thread (calls, departures) and read on the core's (output), hence the lock.
 public final class InputMethodRoute: Sendable {
-    private struct Attached {
+    /// At most this many input methods are remembered; beyond it the one that reported longest
+    /// ago is forgotten (a desktop runs one, perhaps two during an `ibus restart`).
+    public static let limit = 8
+
+    private struct Engine {
         var name: String
         var state: InputMethodState
     }
-    private let attached = Mutex<Attached?>(nil)
+    /// Oldest report first; the last is the input method.
+    private let engines = Mutex<[Engine]>([])
     private let object = Mutex<DBusObject?>(nil)
     private let logger: Logger
 
@@ -28,9 +38,12 @@ public final class InputMethodRoute: Sendable {
 
     /// `SetInputMethodState` from `sender`, a host program: it is the input method from now on.
     func update(from sender: String, _ state: InputMethodState) {
-        let previous = attached.withLock { attached in
-            defer { attached = Attached(name: sender, state: state) }
-            return attached
+        let previous = engines.withLock { engines in
+            let current = engines.last
+            engines.removeAll { $0.name == sender }
+            engines.append(Engine(name: sender, state: state))
+            if engines.count > Self.limit { engines.removeFirst() }
+            return current
         }
         if previous?.state.summary != state.summary || previous == nil { show(state.summary) }
         if previous?.name != sender {
@@ -38,20 +51,34 @@ public final class InputMethodRoute: Sendable {
         } else if previous?.state != state {
             logger.debug(
                 "input method state",
-                metadata: ["active": "\(state.active)", "focused": "\(state.focused)", "secret": "\(state.secret)"])
+                metadata: [
+                    "active": "\(state.active)", "focused": "\(state.focused)", "secret": "\(state.secret)",
+                    "push_to_talk": "\(state.pushToTalk)",
+                ])
         }
     }
 
-    /// `name` left the bus: if it was the input method, there is none now.
-    func departed(_ name: String) {
-        let wasAttached = attached.withLock { attached in
-            guard attached?.name == name else { return false }
-            attached = nil
-            return true
+    /// `name` left the bus: it is no input method any more. If it was the current one, the newest
+    /// still on the bus takes over. Returns its last report, if it was one.
+    @discardableResult
+    func departed(_ name: String) -> InputMethodState? {
+        let (left, wasCurrent, next) = engines.withLock { engines in
+            let wasCurrent = engines.last?.name == name
+            let left = engines.first { $0.name == name }?.state
+            engines.removeAll { $0.name == name }
+            return (left, wasCurrent, engines.last)
         }
-        guard wasAttached else { return }
-        logger.info("input method left the bus", metadata: ["sender": "\(name)"])
-        show("")
+        guard let left else { return nil }
+        guard wasCurrent else { return left }
+        if let next {
+            logger.info(
+                "input method left the bus; the one before it takes over",
+                metadata: ["sender": "\(name)", "now": "\(next.name)"])
+        } else {
+            logger.info("input method left the bus", metadata: ["sender": "\(name)"])
+        }
+        show(next?.state.summary ?? "")
+        return left
     }
 
     private func show(_ summary: String) {
@@ -60,7 +87,7 @@ public final class InputMethodRoute: Sendable {
 
     /// What the input method last said; nil when none is attached or it is not active.
     public var activeState: InputMethodState? {
-        attached.withLock { attached in attached.flatMap { $0.state.active ? $0.state : nil } }
+        engines.withLock { engines in engines.last.flatMap { $0.state.active ? $0.state : nil } }
     }
 
     /// Shows `text` as preedit in the focused field (empty: clears it); false when no input method
@@ -72,7 +99,9 @@ public final class InputMethodRoute: Sendable {
     @discardableResult
     public func commit(_ text: String) -> Bool { send(.inputMethodCommit(text: text)) }
 
-    /// Deletes `characters` Unicode characters before the cursor; false when no input method is active.
+    /// Asks the input method to delete `characters` Unicode characters before the cursor, which
+    /// it does only if they are the last text it committed into the field that still has the
+    /// focus; false when no input method is active.
     @discardableResult
     public func delete(characters: Int) -> Bool { send(.inputMethodDelete(characters: UInt32(clamping: characters))) }
 
@@ -81,7 +110,7 @@ public final class InputMethodRoute: Sendable {
     public func press(keysym: String) -> Bool { send(.inputMethodKey(keysym: keysym)) }
 
     private func send(_ signal: SpeechSignal) -> Bool {
-        guard let name = attached.withLock({ $0?.state.active == true ? $0?.name : nil }),
+        guard let name = engines.withLock({ $0.last?.state.active == true ? $0.last?.name : nil }),
             let object = object.withLock({ $0 })
         else { return false }
         object.emit(signal, to: name)

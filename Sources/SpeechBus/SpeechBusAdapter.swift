@@ -60,10 +60,15 @@ public final class SpeechBusAdapter: Sendable {
         if let consent {
             object.install(gate: consent.gate)
             object.install { access, stored in
-                guard access.interface == SpeechAPI.interface, access.member == SpeechProperty.transcript.name,
-                    calls.isSandboxed(access.sender)
-                else { return .success(stored) }
-                return view.transcript(shownTo: access.sender, reading: access.kind)
+                guard access.interface == SpeechAPI.interface, calls.isSandboxed(access.sender) else {
+                    return .success(stored)
+                }
+                switch access.member {
+                case SpeechProperty.transcript.name: return view.transcript(shownTo: access.sender, reading: access.kind)
+                // Whether a password field has the focus is not an app's business.
+                case SpeechProperty.inputMethod.name: return .success(.string(""))
+                default: return .success(stored)
+                }
             }
         }
     }
@@ -88,7 +93,7 @@ public final class SpeechBusAdapter: Sendable {
         }
         consent?.observeDepartures { [self] name in
             if view.isOwner(name) { ownerLeft(name) }
-            inputMethod?.departed(name)
+            if inputMethod?.departed(name)?.pushToTalk == true { pushToTalkLeft(name) }
         }
     }
 
@@ -111,11 +116,21 @@ public final class SpeechBusAdapter: Sendable {
     /// Stops the session of `owner`, who left the bus, as `StopTranscribing` would (its finals
     /// kept in history): nobody else may stop it, and the microphone must not stay on for nobody.
     func ownerLeft(_ owner: String) {
+        stopSession(startedFrom: owner, "the app whose session is running left the bus; stopping the session")
+    }
+
+    /// The input method left the bus (it crashed, or `ibus restart`) while its push-to-talk key
+    /// was held: the release can never arrive, so the session it started stops now, as the
+    /// release would have stopped it. Its last words stay in the transcript and history.
+    func pushToTalkLeft(_ engine: String) {
+        stopSession(
+            startedFrom: engine, "the input method left the bus with its push-to-talk key held; stopping its session")
+    }
+
+    private func stopSession(startedFrom connection: String, _ why: Logger.Message) {
         core.submit { [logger] core in
-            guard core.stopSession(startedBy: owner) else { return }
-            logger.notice(
-                "the app whose session is running left the bus; stopping the session",
-                metadata: ["sender": "\(owner)"])
+            guard core.stopSession(startedFrom: connection) else { return }
+            logger.notice(why, metadata: ["sender": "\(connection)"])
         }
     }
 

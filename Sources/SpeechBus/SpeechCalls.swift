@@ -14,7 +14,7 @@ struct SpeechCalls: SpeechMethods {
     let inputMethod: InputMethodRoute?
 
     func startTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError) {
-        try await core.start(startOptions(options, sender))
+        try await core.start(try startOptions(options, sender))
     }
 
     func stopTranscribing(sender: String) async throws(SpeechError) -> String {
@@ -26,7 +26,7 @@ struct SpeechCalls: SpeechMethods {
     }
 
     func toggleTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError) -> Bool {
-        try await core.toggle(startOptions(options, sender))
+        try await core.toggle(try startOptions(options, sender))
     }
 
     func resetTranscript(sender: String) async throws(SpeechError) {
@@ -75,20 +75,23 @@ struct SpeechCalls: SpeechMethods {
     // MARK: Who is calling
 
     /// The options of a start by `sender`, the settings it falls back to taken now, as the call
-    /// arrives: a property written after it does not change it.
-    func startOptions(_ options: StartOptions, _ sender: String) -> StartOptions {
-        var options = options
+    /// arrives: a property written after it does not change it. A sandboxed app's session is
+    /// confined (see ``SandboxedSession``).
+    func startOptions(_ options: StartOptions, _ sender: String) throws(SpeechError) -> StartOptions {
         let settings = core.settings
+        let caller = identify(sender)
+        var options = options
+        if caller.isSandboxed { options = try SandboxedSession.confine(options, app: caller.name, settings: settings) }
         options.backend = options.backend ?? settings.backend
         options.language = options.language ?? settings.language
         options.source = options.source ?? settings.source
-        options.caller = identify(sender)
+        options.caller = caller
         return options
     }
 
     /// Who is calling: a sandboxed app (its session then reports to it alone) or the host.
     func identify(_ sender: String) -> Caller {
-        guard isSandboxed(sender) else { return Caller(name: SpeechAPI.hostClient) }
+        guard isSandboxed(sender) else { return Caller(name: SpeechAPI.hostClient, connection: sender) }
         let name = consent?.identities.identity(of: sender)?.description ?? "unknown"
         return Caller(name: name, privateDestination: sender)
     }

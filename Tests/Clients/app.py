@@ -3,9 +3,10 @@
 
 usage: app.py BUS_ADDRESS
 Reads one JSON request per line on stdin, answers each with one JSON line on stdout:
-  {"call": MEMBER}                      a method of io.github.sttd.Speech1 (Start/Toggle get empty
-                                        options, GetHistory a limit of 10); "send": true sends it
-                                        without waiting for the reply
+  {"call": MEMBER}                      a method of io.github.sttd.Speech1 (Start/Toggle get the
+                                        "options" given, strings, booleans, unsigned numbers and
+                                        string lists, or none; GetHistory a limit of 10);
+                                        "send": true sends it without waiting for the reply
   {"get": PROPERTY} / {"get_all": true}   org.freedesktop.DBus.Properties.Get / GetAll
   {"set": PROPERTY, "value": STRING}    org.freedesktop.DBus.Properties.Set
   {"name": true}                        this connection's unique name
@@ -40,6 +41,17 @@ def plain(value):
     return str(value)
 
 
+def option(value):
+    """A JSON option value as the D-Bus type sttd expects of it."""
+    if isinstance(value, bool):
+        return dbus.Boolean(value)
+    if isinstance(value, int):
+        return dbus.UInt32(value)
+    if isinstance(value, list):
+        return dbus.Array(value, signature="s")
+    return dbus.String(value)
+
+
 def answer(bus, request):
     if "name" in request:
         return bus.get_unique_name()
@@ -53,7 +65,8 @@ def answer(bus, request):
     member = request["call"]
     signature, arguments = "", ()
     if member in ("StartTranscribing", "ToggleTranscribing"):
-        signature, arguments = "a{sv}", (dbus.Dictionary({}, signature="sv"),)
+        options = {key: option(value) for key, value in request.get("options", {}).items()}
+        signature, arguments = "a{sv}", (dbus.Dictionary(options, signature="sv"),)
     elif member == "GetHistory":
         signature, arguments = "u", (dbus.UInt32(10),)
     if request.get("send"):

@@ -17,16 +17,22 @@ import Testing
         ("A new line", [.text("A\n")]),
         ("Scratch that.", [.scratchThat]),
         ("delete that", [.scratchThat]),
-        ("I went to the store, scratch that.", []),
-        ("Hello there, new line, scratch that.", []),
+        // Keys, deletions and stops count only as an utterance of their own (issue 37).
+        ("I went to the store, scratch that.", [.text("I went to the store, scratch that.")]),
+        ("Hello there, new line, scratch that.", [.text("Hello there, new line, scratch that.")]),
+        ("Can you delete that?", [.text("Can you delete that?")]),
+        ("Please read it before you submit.", [.text("Please read it before you submit.")]),
         ("Please scratch that record.", [.text("Please scratch that record.")]),
         ("press enter", [.press(.enter)]),
-        ("Send it, submit.", [.text("Send it"), .press(.enter)]),
-        ("Name, press tab.", [.text("Name"), .press(.tab)]),
+        ("Send it, submit.", [.text("Send it, submit.")]),
+        ("Name, press tab.", [.text("Name, press tab.")]),
         ("Press page down.", [.press(.pageDown)]),
-        ("Thanks, new line, press enter.", [.text("Thanks\n"), .press(.enter)]),
+        ("Thanks, new line, press enter.", [.text("Thanks, new line, press enter.")]),
+        ("New line, press enter.", [.text("\n"), .press(.enter)]),
+        ("Press enter, new line.", [.press(.enter), .text("\n")]),
         ("Stop listening.", [.stopListening]),
-        ("That is all, stop listening.", [.text("That is all"), .stopListening]),
+        ("That is all, stop listening.", [.text("That is all, stop listening.")]),
+        ("Scratch that, stop listening.", [.scratchThat, .stopListening]),
         ("Literal new line.", [.text("new line.")]),
         ("Type literal scratch that", [.text("Type scratch that")]),
         ("a literal translation", [.text("a literal translation")]),
@@ -35,6 +41,27 @@ import Testing
     ])
     func commandsEndAnUtterance(final: String, edits: [Edit]) {
         #expect(Self.commands.edits(for: final) == edits)
+    }
+
+    /// A final that is not an utterance of its own (a streaming server's `is_final` before its
+    /// `speech_final`): layout words still count, keys, deletions and stops are text.
+    @Test(arguments: [
+        ("press enter", [Edit.text("press enter")]),
+        ("Submit.", [.text("Submit.")]),
+        ("scratch that", [.text("scratch that")]),
+        ("Stop listening.", [.text("Stop listening.")]),
+        ("new line", [.text("\n")]),
+        ("Thanks, new line.", [.text("Thanks\n")]),
+    ])
+    func partOfALongerUtteranceOnlyLayoutWordsCount(final: String, edits: [Edit]) {
+        #expect(Self.commands.edits(for: final, wholeUtterance: false) == edits)
+    }
+
+    @Test func onlyKeyDeleteOrStopCommandsWaitForTheUtterancesEnd() {
+        #expect(Self.commands.isOnlyOwnUtteranceCommands("Press enter."))
+        #expect(Self.commands.isOnlyOwnUtteranceCommands("new line submit"))
+        #expect(!Self.commands.isOnlyOwnUtteranceCommands("new line"))
+        #expect(!Self.commands.isOnlyOwnUtteranceCommands("Please submit."))
     }
 
     /// Spoken punctuation (pocketsphinx writes lowercase words without marks).
@@ -67,14 +94,17 @@ import Testing
 
     @Test func interimsShowTheirWordsWithoutCommands() {
         #expect(Self.commands.preview("hello there new line") == "hello there")
-        #expect(Self.commands.preview("hello scratch that") == "")
+        #expect(Self.commands.preview("hello scratch that") == "hello scratch that")
+        #expect(Self.commands.preview("scratch that") == "")
+        #expect(Self.commands.preview("press enter", wholeUtterance: false) == "press enter")
         #expect(Self.punctuating.preview("hello comma world") == "hello, world")
     }
 
     @Test func configuredPhrasesReplaceTheBuiltInOnes() {
         let book = PhraseBook.english.replacing([.press(.enter): ["send it now"]])
         let dictation = Dictation(rules: DictationRules(phrases: book))
-        #expect(dictation.edits(for: "Done, send it now.") == [.text("Done"), .press(.enter)])
+        #expect(dictation.edits(for: "Send it now.") == [.press(.enter)])
+        #expect(dictation.edits(for: "Done, send it now.") == [.text("Done, send it now.")])
         #expect(dictation.edits(for: "Submit.") == [.text("Submit.")])
         #expect(dictation.edits(for: "new line") == [.text("\n")])
         let german = Dictation(rules: DictationRules(phrases: PhraseBook([.newLine: ["neue Zeile"]])))

@@ -41,6 +41,7 @@ import Testing
     /// while a focus change settles they wait with it; with no field they go nowhere.
     @Test func deletionsAndKeysFollowTheTextInOrder() {
         var machine = Self.focusedMachine()
+        #expect(machine.handle(.deliver(.commit("Hello"))) == [.commit(path: Self.field, text: "Hello")])
         #expect(machine.handle(.deliver(.delete(5))) == [.deleteBefore(path: Self.field, characters: 5)])
         #expect(machine.handle(.deliver(.key("Return"))) == [.forwardKey(path: Self.field, keysym: "Return")])
         _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:other"))
@@ -53,7 +54,7 @@ import Testing
                 .forwardKey(path: Self.field, keysym: "Tab"),
             ])
         _ = machine.handle(.focusOut(path: Self.field))
-        #expect(machine.handle(.deliver(.delete(2))) == [], "no field: nothing to delete")
+        #expect(machine.handle(.deliver(.delete(2))) == [.deleteRefused(characters: 2)], "no field: nothing to delete")
         #expect(machine.handle(.deliver(.key("Return"))) == [], "no field: no key")
     }
 
@@ -142,13 +143,84 @@ import Testing
                 == [.showPreedit(path: Self.field, text: "")])
     }
 
-    @Test func aHeldPushToTalkKeyStartsOneSession() {
+    @Test func aHeldPushToTalkKeyStartsOneSessionAndSttdKnowsItIsHeld() {
         var machine = Self.focusedMachine()
-        #expect(machine.handle(.pushToTalk(pressed: true)) == [.startStream])
+        let held = InputMethodState(active: true, focused: true, pushToTalk: true)
+        #expect(machine.handle(.pushToTalk(pressed: true)) == [.startStream, .report(held)])
         #expect(machine.handle(.pushToTalk(pressed: true)) == [], "auto-repeat")
         #expect(machine.handle(.pushToTalk(pressed: true)) == [], "auto-repeat")
-        #expect(machine.handle(.pushToTalk(pressed: false)) == [.stopSession])
+        #expect(
+            machine.handle(.pushToTalk(pressed: false))
+                == [.stopSession, .report(InputMethodState(active: true, focused: true))])
         #expect(machine.handle(.pushToTalk(pressed: false)) == [], "a stray release")
+    }
+
+    /// Issue 37: the release goes to whichever window has the focus. Without the focus back
+    /// within the grace, it can never arrive here: the session stops.
+    @Test func pushToTalkStopsWhenTheFocusLeavesAndDoesNotComeBack() {
+        var machine = Self.focusedMachine()
+        _ = machine.handle(.pushToTalk(pressed: true))
+        #expect(Self.texts(machine.handle(.focusOut(path: Self.field))) == [.watchFocus(1)])
+        #expect(
+            machine.handle(.focusGraceOver(1)) == [.stopSession, .report(InputMethodState(active: true))],
+            "stopped, and the key counts as released")
+        #expect(machine.handle(.focusGraceOver(1)) == [], "once")
+        // Back in a field with the key still down: auto-repeat starts a new session.
+        _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:test"))
+        #expect(Self.texts(machine.handle(.pushToTalk(pressed: true))) == [.startStream])
+    }
+
+    @Test func pushToTalkGoesOnWhenTheFocusComesBackWithinTheGrace() {
+        var machine = Self.focusedMachine()
+        _ = machine.handle(.pushToTalk(pressed: true))
+        #expect(Self.texts(machine.handle(.focusOut(path: Self.field))) == [.watchFocus(1)])
+        _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:other"))
+        #expect(Self.texts(machine.handle(.focusGraceOver(1))) == [])
+        // Only the newest loss counts.
+        #expect(Self.texts(machine.handle(.focusOut(path: Self.field))) == [.watchFocus(2)])
+        _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:test"))
+        _ = machine.handle(.focusOut(path: Self.field))
+        #expect(Self.texts(machine.handle(.focusGraceOver(2))) == [])
+        #expect(Self.texts(machine.handle(.focusGraceOver(3))) == [.stopSession])
+    }
+
+    @Test func aFocusLossWithoutPushToTalkWatchesNothing() {
+        var machine = Self.focusedMachine()
+        #expect(Self.texts(machine.handle(.focusOut(path: Self.field))) == [])
+        #expect(machine.handle(.focusGraceOver(1)) == [])
+    }
+
+    /// Issue 37: "scratch that" deletes only text this engine committed into the field that
+    /// still has the focus, newest first.
+    @Test func scratchThatDeletesOnlyWhatWasCommittedIntoTheFocusedField() {
+        var machine = Self.focusedMachine()
+        _ = machine.handle(.deliver(.commit("One.")))
+        _ = machine.handle(.deliver(.commit(" Two.")))
+        #expect(machine.handle(.deliver(.delete(5))) == [.deleteBefore(path: Self.field, characters: 5)])
+        #expect(machine.handle(.deliver(.delete(4))) == [.deleteBefore(path: Self.field, characters: 4)])
+        #expect(machine.handle(.deliver(.delete(4))) == [.deleteRefused(characters: 4)], "nothing left of ours")
+
+        // A final that went nowhere (no field), then the focus on a field with the user's text.
+        _ = machine.handle(.focusOut(path: Self.field))
+        #expect(machine.handle(.deliver(.commit("lost"))) == [.dropped(characters: 4, secret: false)])
+        _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:notes"))
+        _ = machine.handle(.settled(2))
+        #expect(machine.handle(.deliver(.delete(4))) == [.deleteRefused(characters: 4)])
+
+        // What the user typed, a click (reset) or a key sttd pressed makes the text the field's own.
+        for event in [EngineMachine.Event.userKey(path: Self.field), .reset(path: Self.field)] {
+            _ = machine.handle(.deliver(.commit("Hello")))
+            _ = machine.handle(event)
+            #expect(machine.handle(.deliver(.delete(5))) == [.deleteRefused(characters: 5)], "\(event)")
+        }
+        _ = machine.handle(.deliver(.commit("Hello")))
+        _ = machine.handle(.deliver(.key("Return")))
+        #expect(machine.handle(.deliver(.delete(5))) == [.deleteRefused(characters: 5)])
+        // Another field's text is not this field's.
+        _ = machine.handle(.deliver(.commit("Hello")))
+        _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:other"))
+        _ = machine.handle(.settled(3))
+        #expect(machine.handle(.deliver(.delete(5))) == [.deleteRefused(characters: 5)])
     }
 
     @Test func aRestartedSttdHearsTheStateAgain() {

@@ -162,7 +162,7 @@ struct ConsentTests {
         ] {
             let set = try await app.request(["set": property, "value": value])
             #expect(set.failed(with: "org.freedesktop.DBus.Error.AccessDenied"), "\(property): \(set)")
-            #expect(set.message.contains("StartTranscribing option"), "\(set)")
+            #expect(set.message.contains("'language' option"), "\(set)")
         }
         #expect(try await fixture.property("Backend") == .string("local"))
         #expect(try await fixture.property("Language") == .string("en-US"))

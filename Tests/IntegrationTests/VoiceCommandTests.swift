@@ -15,12 +15,17 @@ extension Integration {
             "This goes away.",
             "Scratch that.",
             "We need a new line of products.",
+            "Please read it before you submit.",
+            "Can you delete that?",
             "Thanks, new paragraph.",
-            "Bye, press enter.",
+            "Bye.",
+            "Press enter.",
             "Stop listening.",
         ]
-        /// The transcript: line breaks are `\n`, the scratched final and the commands are gone.
-        static let transcript = "Dear team\nWe need a new line of products. Thanks\n\nBye"
+        /// The transcript: line breaks are `\n`, the scratched final and the commands are gone;
+        /// a sentence that ends in a command word is text (issue 37).
+        static let transcript =
+            "Dear team\nWe need a new line of products. Please read it before you submit. Can you delete that? Thanks\n\nBye."
         /// The window also got the Enter that "press enter" pressed.
         static let windowText = transcript + "\n"
 
@@ -123,6 +128,26 @@ extension Integration {
             #expect(try await sttd.property("Transcript") == .string(expected))
             let keyterms = server.connections.first?.query.filter { $0.0 == "keyterm" }.map(\.1)
             #expect(keyterms == ["PipeWire", "sttd"], "the vocabulary reaches the server as keyterms")
+        }
+
+        /// Issue 37: "…before you" ends without `speech_final`, so "submit." ends that utterance
+        /// and is text: a terminal gets no Enter.
+        @Test func aCommandWordEndingAStreamingUtterancePressesNoKey() async throws {
+            var script = DeepgramTestServer.Script()
+            script.finals = ["Please read it before you", "submit.", "Stop listening."]
+            script.continuing = [0]
+            let server = try await DeepgramTestServer(script: script)
+            let window = try await ReceivingWindow.open(.x11, .terminal)
+            defer { window.close() }
+            let sttd = try await DesktopDictationTests.sttd(
+                on: window, config: "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n",
+                environment: ["STTD_API_KEY": script.key])
+            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await Self.dictateUntilStopped(sttd)
+            let expected = "Please read it before you submit."
+            #expect(try await sttd.property("Transcript") == .string(expected))
+            #expect(await window.waitForText(expected), "window: \(window.text.debugDescription)")
+            _ = server
         }
 
         @Test func commandsOffTypeEveryWord() async throws {

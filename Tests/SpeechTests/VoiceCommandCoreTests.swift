@@ -15,16 +15,17 @@ struct VoiceCommandCoreTests {
             session.interim("This goes")
             session.final("This goes away.")
             session.final("Scratch that.")
-            session.final("Thanks, press enter.")
+            session.final("Thanks.")
+            session.final("Press enter.")
             session.final("scratch that")
             session.final("We need a new line of products.")
             await harness.log.wait { _ in harness.output.typed.count == 6 }
             #expect(
                 harness.output.typed == [
-                    "Dear team\n", "This goes away.", "<-15>", "Thanks", "<Return>", " We need a new line of products.",
+                    "Dear team\n", "This goes away.", "<-15>", "Thanks.", "<Return>", " We need a new line of products.",
                 ])
             let text = await harness.core.stop()
-            #expect(text == "Dear team\nThanks We need a new line of products.")
+            #expect(text == "Dear team\nThanks. We need a new line of products.")
             #expect(harness.lastHistoryText == text)
             #expect(harness.log.all.contains(.retracted("Dear team\n", removed: "This goes away.")))
             let retractions = harness.log.all.filter { if case .retracted = $0 { true } else { false } }
@@ -36,10 +37,11 @@ struct VoiceCommandCoreTests {
         let harness = try await CoreHarness()
         try await harness.run {
             let (session, _) = try await harness.start(StartOptions())
-            session.final("That is all, stop listening.")
+            session.final("That is all.")
+            session.final("Stop listening.")
             #expect(await waitFor { await harness.core.state == .idle })
-            #expect(await harness.core.currentTranscript == "That is all")
-            #expect(harness.lastHistoryText == "That is all")
+            #expect(await harness.core.currentTranscript == "That is all.")
+            #expect(harness.lastHistoryText == "That is all.")
         }
     }
 
@@ -49,16 +51,18 @@ struct VoiceCommandCoreTests {
         let harness = try await CoreHarness()
         try await harness.run {
             let (session, _) = try await harness.start(StartOptions())
-            session.interim("the end, stop listening")
+            session.final("The end.")
             await harness.log.wait {
-                $0.contains(.transcript("the end", update: .init(segment: "the end", isFinal: false)))
+                $0.contains(.transcript("The end.", update: .init(segment: "The end.", isFinal: true)))
             }
+            // Shows nothing (it is a command), and is promoted when the session fails.
+            session.interim("stop listening")
             session.fail(RecognitionError(.backendUnavailable, "the server went away"))
             await harness.log.wait { $0.contains(.state(.idle)) }
-            #expect(await harness.core.currentTranscript == "the end")
+            #expect(await harness.core.currentTranscript == "The end.")
             #expect(harness.log.all.contains { if case .sessionFailed = $0 { true } else { false } })
             #expect(!harness.log.all.contains(.state(.stopping)), "no stop was started")
-            #expect(harness.lastHistoryText == "the end")
+            #expect(harness.lastHistoryText == "The end.")
         }
     }
 

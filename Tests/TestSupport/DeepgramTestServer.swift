@@ -50,6 +50,11 @@ public final class DeepgramTestServer: Sendable {
         /// The finals sent in turn, one per second of audio (then empty ones), whatever the audio
         /// says; an interim shows the next one. E.g. text carrying voice commands.
         public var finals: [String] = []
+        /// Indices of scripted finals sent without `speech_final`: their utterance goes on.
+        public var continuing: Set<Int> = []
+        /// Scripted finals wait for ``DeepgramTestServer/permitFinals(_:)``, one permit each
+        /// (a Finalize or CloseStream still flushes everything).
+        public var gatedFinals = false
         public init() {}
     }
 
@@ -78,6 +83,7 @@ public final class DeepgramTestServer: Sendable {
     public let port: Int
     public let script: Script
     private let records = Watched<[Connection]>([])
+    private let finalPermits = Mutex(0)
     /// When the server died (``Script/dieAfterBytes``), if it did.
     private let died = Mutex<ContinuousClock.Instant?>(nil)
     private let channel: any Channel
@@ -139,6 +145,17 @@ public final class DeepgramTestServer: Sendable {
     }
 
     public var connections: [Connection] { records.value }
+
+    /// Lets `count` more gated finals go out (``Script/gatedFinals``), as audio arrives.
+    public func permitFinals(_ count: Int = 1) { finalPermits.withLock { $0 += count } }
+
+    func takeFinalPermit() -> Bool {
+        finalPermits.withLock { permits in
+            guard permits > 0 else { return false }
+            permits -= 1
+            return true
+        }
+    }
 
     /// Waits until the connections seen so far satisfy `condition`; false if they did not within `timeout`.
     public func wait(
@@ -362,6 +379,7 @@ final class WebSocketServerHandler: ChannelInboundHandler {
         while session.audio.count - session.finalizedBytes >= second
             || (finalizeAll && session.audio.count > session.finalizedBytes)
         {
+            if !finalizeAll, script.gatedFinals, !server.takeFinalPermit() { break }
             let end = min(session.finalizedBytes + second, session.audio.count)
             sendResult(
                 context, from: session.finalizedBytes, to: end, isFinal: true,
@@ -382,8 +400,10 @@ final class WebSocketServerHandler: ChannelInboundHandler {
         if !script.vocabulary.isEmpty {
             words = (from / 3200..<from / 3200 + words.count).map { script.vocabulary[$0 % script.vocabulary.count] }
         }
+        var speechFinal = isFinal && to == session.audio.count
         if !script.finals.isEmpty {
             let next = session.scriptedFinalsSent
+            speechFinal = isFinal && !script.continuing.contains(next)
             if isFinal { session.scriptedFinalsSent += 1 }
             words = next < script.finals.count ? script.finals[next].split(separator: " ").map(String.init) : []
         }
@@ -399,7 +419,7 @@ final class WebSocketServerHandler: ChannelInboundHandler {
         }.joined(separator: ",")
         send(
             context,
-            #"{"type":"Results","channel_index":[0,1],"start":\#(start),"duration":\#(duration),"is_final":\#(isFinal),"speech_final":\#(isFinal && to == session.audio.count),"from_finalize":\#(fromFinalize),"channel":{"alternatives":[{"transcript":"\#(transcript)","confidence":0.9,"words":[\#(wordList)]}]},"metadata":{"request_id":"req-\#(session.index)"}}"#
+            #"{"type":"Results","channel_index":[0,1],"start":\#(start),"duration":\#(duration),"is_final":\#(isFinal),"speech_final":\#(speechFinal),"from_finalize":\#(fromFinalize),"channel":{"alternatives":[{"transcript":"\#(transcript)","confidence":0.9,"words":[\#(wordList)]}]},"metadata":{"request_id":"req-\#(session.index)"}}"#
         )
     }
 

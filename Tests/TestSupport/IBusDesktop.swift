@@ -13,6 +13,7 @@ public final class IBusDesktop: @unchecked Sendable {
     private let daemon: ChildProcess
     private let closed = Atomic<Bool>(false)
     private let fields = Mutex<[IBusField]>([])
+    private let terminals = Mutex<[ChildProcess]>([])
 
     /// Starts ibus-daemon for `sttd` and selects the `sttd` engine. Fails loudly when a part is missing.
     public static func start(for sttd: SttdFixture) async throws -> IBusDesktop {
@@ -87,10 +88,39 @@ public final class IBusDesktop: @unchecked Sendable {
         return field
     }
 
+    /// Kills the engine (`sttd-ibus`, ibus-daemon's child) at once, as a crash would.
+    public func killEngine() async throws {
+        let pgrep = try requireTool("pgrep", package: "procps")
+        let found = try await run(pgrep, ["-P", "\(daemon.pid)", "-f", "sttd-ibus"], timeout: 10)
+        let pids = found.stdout.split(whereSeparator: \.isNewline).compactMap { pid_t($0) }
+        guard !pids.isEmpty else { throw MissingPrerequisite(description: "no sttd-ibus runs under ibus-daemon: \(log)") }
+        for pid in pids { kill(pid, SIGKILL) }
+    }
+
+    /// Opens an xterm that uses no input method (this desktop runs no XIM server) and gives it
+    /// the keyboard focus: a window the engine never hears of. It closes with the desktop.
+    public func focusWindowWithoutInputMethod() async throws {
+        let xterm = try requireTool("xterm", package: "xterm")
+        let xdotool = try requireTool("xdotool", package: "xdotool")
+        let title = "sttd-no-im-\(UInt32.random(in: 0...UInt32.max))"
+        var environment = environment
+        environment["XMODIFIERS"] = ""
+        let terminal = try ChildProcess(xterm, ["-title", title, "-e", "sleep", "600"], environment: environment)
+        terminals.withLock { $0.append(terminal) }
+        let found = try await run(xdotool, ["search", "--sync", "--name", title], environment: environment, timeout: 20)
+        guard let window = found.stdout.split(whereSeparator: \.isNewline).first.map(String.init) else {
+            throw MissingPrerequisite(description: "the xterm did not show: \(found.stderr)")
+        }
+        let focused = try await run(
+            xdotool, ["windowfocus", "--sync", window], environment: environment, timeout: 10)
+        guard focused.status == 0 else { throw MissingPrerequisite(description: "cannot focus the xterm: \(focused.stderr)") }
+    }
+
     /// Stops ibus-daemon (and so its engine) and lets the next test have the desktop.
     public func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         for field in fields.withLock({ $0 }) { field.close() }
+        for terminal in terminals.withLock({ $0 }) { terminal.stop() }
         daemon.stop(grace: 2)
         try? FileManager.default.removeItem(atPath: directory)
         DesktopKind.x11.release()

@@ -44,6 +44,14 @@ public struct FlatpakSandbox: Sendable {
         ] + command
     }
 
+    /// Starts a Python client of `Tests/Clients` inside the sandbox; its output goes to `stdout`.
+    public func startClient(_ script: String, _ arguments: [String], stdout: String) throws -> ChildProcess {
+        let python = try requireFile("/usr/bin/python3", package: "python3-dbus")
+        return try ChildProcess(
+            bwrap, commandLine([python, "\(Self.clientsInside)/\(script)"] + arguments), stdout: stdout,
+            stderr: "\(stdout).errors")
+    }
+
     /// Calls a method of sttd with `gdbus` from inside the sandbox, on a thread of its own (the
     /// call may wait for a consent prompt). `arguments` are in GVariant text, e.g. `{}`.
     public func callSttd(
@@ -160,8 +168,11 @@ public final class SandboxedApp: @unchecked Sendable {
             description: "the sandboxed app did not answer \(request) within \(timeout): \(errors)")
     }
 
-    /// Calls a method of sttd; Start and Toggle get empty options.
-    public func call(_ member: String) async throws -> Answer { try await request(["call": member]) }
+    /// Calls a method of sttd; Start and Toggle get `options` (strings, booleans, unsigned
+    /// numbers, string lists).
+    public func call(_ member: String, options: [String: Any] = [:]) async throws -> Answer {
+        try await request(["call": member, "options": options])
+    }
 
     /// Reads a property of sttd.
     public func get(_ property: String) async throws -> Answer { try await request(["get": property]) }

@@ -306,7 +306,8 @@ struct DeepgramStreamMachine<Connection: AnyObject & Sendable>: Sendable {
             guard ledger.acceptFinal(start: results.start, duration: results.duration) else { return nil }
             return RecognitionResult(
                 text: results.transcript, isFinal: true, audioStart: ledger.sessionTime(results.start),
-                audioEnd: ledger.sessionTime(results.end), fromFinalize: results.fromFinalize)
+                audioEnd: ledger.sessionTime(results.end), fromFinalize: results.fromFinalize,
+                endsUtterance: results.speechFinal || results.fromFinalize)
         }
         guard interimResults, !results.transcript.isEmpty else { return nil }
         return RecognitionResult(text: results.transcript, isFinal: false)

@@ -1,0 +1,103 @@
+import DBus
+import Logging
+import SpeechAPI
+
+extension InputMethodEngine {
+    /// One engine object: every method ibus-daemon calls is answered; those that matter queue an event.
+    func engine(at path: String, on ibus: DBusConnection, queue: EventQueue) throws(DBusError) -> DBusObject {
+        let pushToTalk = configuration.pushToTalk
+        func method(_ name: String, _ inputs: [DBusType] = [], event: EngineMachine.Event? = nil) -> DBusMethod {
+            DBusMethod(name, inputs: inputs.enumerated().map { DBusArgument("arg\($0.offset)", $0.element) }) {
+                _, reply in
+                if let event { queue.yield(event) }
+                reply.send([])
+            }
+        }
+        let processKey = DBusMethod(
+            "ProcessKeyEvent",
+            inputs: [
+                DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
+                DBusArgument("state", .uint32),
+            ],
+            outputs: [DBusArgument("handled", .boolean)]
+        ) { call, reply in
+            // Every key but push-to-talk goes to the application as it is (the user's layout applies).
+            let released = (call.arguments[2].uint32 ?? 0) & IBus.releaseMask != 0
+            guard let pushToTalk, call.arguments.first?.uint32 == pushToTalk else {
+                // The user typed: what the engine committed before is the field's own now.
+                if !released { queue.yield(.userKey(path: path)) }
+                return reply.send([.boolean(false)])
+            }
+            queue.yield(.pushToTalk(pressed: !released))
+            reply.send([.boolean(true)])
+        }
+        let focusInID = DBusMethod(
+            "FocusInId", inputs: [DBusArgument("object_path", .string), DBusArgument("client", .string)]
+        ) { call, reply in
+            queue.yield(.focusIn(path: path, client: call.arguments[1].string))
+            reply.send([])
+        }
+        let destroy = DBusMethod("Destroy") { [logger] _, reply in
+            reply.send([])
+            ibus.unexport(path: path)
+            queue.yield(.destroyed(path: path))
+            logger.debug("engine destroyed", metadata: ["path": "\(path)"])
+        }
+        let contentType = DBusProperty(
+            "ContentType", .structure([.uint32(0), .uint32(0)]), changeSignal: .none,
+            setter: { value in
+                guard case .structure(let fields) = value, fields.count == 2, let purpose = fields[0].uint32 else {
+                    throw DBusError.invalidArgs("ContentType must be (uu)")
+                }
+                queue.yield(.contentType(path: path, purpose: purpose))
+                return value
+            })
+        // True: ibus-daemon then says which client has the focus, so the desktop ("fake") is no field.
+        let focusID = DBusProperty("FocusId", .boolean(true), changeSignal: .const)
+        let engineInterface = DBusInterface(
+            name: IBus.engineInterface,
+            methods: [
+                processKey,
+                method("SetCursorLocation", [.int32, .int32, .int32, .int32]),
+                method("ProcessHandWritingEvent", [.array(.double)]),
+                method("CancelHandWriting", [.uint32]),
+                method("SetCapabilities", [.uint32]),
+                method("PropertyActivate", [.string, .uint32]),
+                method("PropertyShow", [.string]),
+                method("PropertyHide", [.string]),
+                method("CandidateClicked", [.uint32, .uint32, .uint32]),
+                method("FocusIn", event: .focusIn(path: path, client: nil)),
+                focusInID,
+                method("FocusOut", event: .focusOut(path: path)),
+                method("FocusOutId", [.string], event: .focusOut(path: path)),
+                method("Reset", event: .reset(path: path)),
+                method("Enable", event: .enabled(path: path)),
+                method("Disable", event: .disabled(path: path)),
+                method("PageUp"), method("PageDown"), method("CursorUp"), method("CursorDown"),
+                method("SetSurroundingText", [.variant, .uint32, .uint32]),
+                method("PanelExtensionReceived", [.variant]),
+                method("PanelExtensionRegisterKeys", [.variant]),
+            ],
+            properties: [contentType, focusID],
+            signals: [
+                DBusSignal("CommitText", arguments: [DBusArgument("text", .variant)]),
+                DBusSignal(
+                    "DeleteSurroundingText",
+                    arguments: [DBusArgument("offset_from_cursor", .int32), DBusArgument("nchars", .uint32)]),
+                DBusSignal(
+                    "ForwardKeyEvent",
+                    arguments: [
+                        DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
+                        DBusArgument("state", .uint32),
+                    ]),
+                DBusSignal(
+                    "UpdatePreeditText",
+                    arguments: [
+                        DBusArgument("text", .variant), DBusArgument("cursor_pos", .uint32),
+                        DBusArgument("visible", .boolean), DBusArgument("mode", .uint32),
+                    ]),
+            ])
+        let serviceInterface = DBusInterface(name: IBus.serviceInterface, methods: [destroy])
+        return try DBusObject(path: path, interfaces: [engineInterface, serviceInterface], logger: logger)
+    }
+}

@@ -1,0 +1,50 @@
+import Foundation
+import SpeechAPI
+import TestSupport
+import Testing
+
+extension Integration {
+    /// Issue 37: an app that has not been allowed floods sttd with calls while its prompt is open;
+    /// the calls waiting for the answer are bounded (per caller and overall), the rest are `Busy`
+    /// at once, and sttd's memory does not grow with the flood.
+    @Suite("Calls waiting for consent are bounded", .serialized)
+    struct ConsentFloodTests {
+        @Test func aFloodWhileThePromptIsOpenIsRefusedAndCostsNoMemory() async throws {
+            let sttd = try await SttdFixture(config: "consent_timeout_ms = 20000\n")
+            let server = try await NotificationServer(busAddress: sttd.bus.address, actions: true)
+            defer { server.stop() }
+            let sandbox = try FlatpakSandbox(appID: "org.example.Flood", busAddress: sttd.bus.address)
+            let directory = try makeTemporaryDirectory("sttd-flood")
+            defer { try? FileManager.default.removeItem(atPath: directory) }
+            // The bus keeps at most 128 calls per connection waiting for a reply: 64 connections.
+            let (connections, calls) = (64, 128)
+            let total = connections * calls
+            let before = try #require(residentBytes(of: sttd.sttd.pid))
+            let flood = try sandbox.startClient(
+                "flood.py", [sttd.bus.address, "\(connections)", "\(calls)"], stdout: "\(directory)/out")
+            defer { flood.stop() }
+            func lines() -> [[String: Any]] {
+                ((try? String(contentsOfFile: "\(directory)/out", encoding: .utf8)) ?? "").split(separator: "\n")
+                    .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+            }
+            let sent = await waitFor(timeout: .seconds(120)) { !lines().isEmpty || !flood.isRunning }
+            try #require(sent && lines().first?["sent"] as? Int == total, "flood.py: \(lines())")
+            // Every call has reached sttd; the prompt is still open.
+            let during = try #require(residentBytes(of: sttd.sttd.pid))
+            #expect(await waitFor(timeout: .seconds(20)) { !ConsentTests.prompts(server).isEmpty })
+            let prompt = try #require(ConsentTests.prompts(server).first, "a prompt for the app")
+            #expect(prompt.body.contains("cannot type into other windows"), "the prompt says what an app cannot do")
+            server.invokeAction("deny", on: prompt.id)
+            #expect(await waitFor(timeout: .seconds(150)) { lines().count == 2 }, "\(lines())")
+            let summary = try #require(lines().last)
+            let errors = summary["errors"] as? [String: Int] ?? [:]
+            print("consent flood: \(summary); RSS \(before / 1024) kB -> \(during / 1024) kB")
+            #expect(summary["replies"] as? Int == total, "every call is answered")
+            let busy = errors[SpeechAPI.errorName("Busy")] ?? 0
+            #expect(busy >= total - 256, "at most 256 calls waited: \(errors)")
+            #expect(ConsentTests.prompts(server).count == 1, "one prompt however many calls")
+            #expect(during - before <= 8 * 1024 * 1024, "RSS grew by \((during - before) / 1024) kB")
+            #expect(sttd.sttd.isRunning)
+        }
+    }
+}
