@@ -32,6 +32,18 @@ struct AcceptedRequest: Sendable {
     }
 }
 
+/// What every handshake is checked against: the server's key and the origins it allows.
+struct HandshakeChecks: Sendable {
+    let key: APIKey?
+    let allowedOrigins: Set<WebOrigin>
+
+    func evaluate(uri: String, headers: [(String, String)]) -> Result<
+        (request: ListenRequest, subprotocol: String?), ListenRefusal
+    > {
+        ListenHandshake.evaluate(uri: uri, headers: headers, key: key, allowedOrigins: allowedOrigins)
+    }
+}
+
 /// Counts what is open (streams, connections) against a limit.
 final class Slots: Sendable {
     let limit: Int
@@ -77,14 +89,14 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
     typealias OutboundOut = HTTPServerResponsePart
 
     private let handshake: HandshakeState
-    private let key: APIKey?
+    private let checks: HandshakeChecks
     private let logger: Logger
     private var refusal: (ListenRefusal, String)?
     private var responded = false
 
-    init(handshake: HandshakeState, key: APIKey?, logger: Logger) {
+    init(handshake: HandshakeState, checks: HandshakeChecks, logger: Logger) {
         self.handshake = handshake
-        self.key = key
+        self.checks = checks
         self.logger = logger
     }
 
@@ -106,7 +118,7 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
                 // valid one is told to upgrade.
                 let headers = head.headers.map { ($0.name, $0.value) }
                 let requestID = UUID().uuidString.lowercased()
-                switch ListenHandshake.evaluate(uri: head.uri, headers: headers, key: key) {
+                switch checks.evaluate(uri: head.uri, headers: headers) {
                 case .failure(let refusal): self.refusal = (refusal, requestID)
                 case .success: self.refusal = (.upgradeRequired, requestID)
                 }
@@ -127,10 +139,18 @@ final class RefusalResponder: ChannelInboundHandler, RemovableChannelHandler {
         // One answer per connection, which then closes.
         guard !responded else { return }
         responded = true
-        // Status, request id and error only: never a header value (a key) of the request.
-        logger.info(
-            "listen server refused a stream",
-            metadata: ["status": "\(refusal.status)", "request_id": "\(requestID)", "error": "\(refusal.code)"])
+        // Status, request id and error only: never a header value (a key) of the request; the
+        // origin of a refused web page is no secret, and says what to allow if it was wanted.
+        var metadata: Logger.Metadata = [
+            "status": "\(refusal.status)", "request_id": "\(requestID)", "error": "\(refusal.code)",
+        ]
+        if let origin = refusal.refusedOrigin {
+            metadata["origin"] = "\(origin)"
+            logger.notice(
+                "listen server refused a web page: its origin is not in [server] allowed_origins", metadata: metadata)
+        } else {
+            logger.info("listen server refused a stream", metadata: metadata)
+        }
         let body = refusal.body(requestID: requestID)
         var headers = HTTPHeaders()
         headers.add(name: "Content-Type", value: "application/json")

@@ -34,12 +34,15 @@ public struct ListenRefusal: Error, Sendable, Equatable {
     public var message: String
     /// Seconds a client should wait before trying again (`Retry-After`), when that is known to help.
     public var retryAfter: Int?
+    /// The `Origin` a web page sent, when that is why it was refused (for the log).
+    public var refusedOrigin: String?
 
-    public init(status: Int, code: String, message: String, retryAfter: Int? = nil) {
+    public init(status: Int, code: String, message: String, retryAfter: Int? = nil, refusedOrigin: String? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.retryAfter = retryAfter
+        self.refusedOrigin = refusedOrigin
     }
 
     public static func badRequest(_ message: String) -> Self {
@@ -50,6 +53,14 @@ public struct ListenRefusal: Error, Sendable, Equatable {
         message:
             "Invalid credentials. Send the server's key as `Authorization: Token KEY` or the subprotocols `token, KEY`."
     )
+    /// A web page's handshake (browsers always send `Origin`) from an origin not listed.
+    public static func originNotAllowed(_ origin: String) -> Self {
+        Self(
+            status: 403, code: "INSUFFICIENT_PERMISSIONS",
+            message:
+                "Web pages from origin \"\(origin)\" may not use this server; to allow them, add it to [server] allowed_origins in sttd's config.toml.",
+            refusedOrigin: origin)
+    }
     public static let tooManyStreams = Self(
         status: 429, code: "TOO_MANY_REQUESTS",
         message: "Too many concurrent streams: this server's max_streams are all in use. Retry later.")
@@ -68,22 +79,30 @@ public struct ListenRefusal: Error, Sendable, Equatable {
     )
 }
 
-/// The handshake's checks as a pure function: path, authentication (exactly as Deepgram's), then
-/// the query. Unknown parameters are ignored, as Deepgram does; known ones of the wrong type are
-/// refused with 400.
+/// The handshake's checks as a pure function: path, origin, authentication (exactly as
+/// Deepgram's), then the query. Unknown parameters are ignored, as Deepgram does; known ones of
+/// the wrong type are refused with 400.
 public enum ListenHandshake {
     public static let path = "/v1/listen"
 
     /// What the handshake decided, and the subprotocol to answer with (`token` when the client
     /// authenticated, or offered, that way).
-    public static func evaluate(uri: String, headers: [(String, String)], key: APIKey?) -> Result<
-        (request: ListenRequest, subprotocol: String?), ListenRefusal
-    > {
+    public static func evaluate(
+        uri: String, headers: [(String, String)], key: APIKey?, allowedOrigins: Set<WebOrigin> = []
+    ) -> Result<(request: ListenRequest, subprotocol: String?), ListenRefusal> {
         guard let components = URLComponents(string: uri),
             components.path == path || components.path == path + "/"
         else { return .failure(.notFound) }
         func header(_ name: String) -> String? {
             headers.first { $0.0.lowercased() == name }?.1
+        }
+        // Any web page the user visits can open a WebSocket to loopback, and its browser always
+        // sends the page's Origin; local programs send none. So a page gets the engine only when
+        // its origin is listed, whatever key it holds.
+        for (name, value) in headers where name.lowercased() == "origin" {
+            guard let origin = WebOrigin(value), allowedOrigins.contains(origin) else {
+                return .failure(.originNotAllowed(value.trimmingCharacters(in: .whitespaces)))
+            }
         }
         // Without a body the request is complete with its head, so the server never waits on a
         // client between accepting its request and upgrading it.

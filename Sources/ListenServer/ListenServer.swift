@@ -20,6 +20,8 @@ public struct ListenServerSettings: Sendable {
     public var tls: TLSConfiguration?
     /// Open streams at most; one more gets HTTP 429.
     public var maxStreams: Int
+    /// The web pages that may use the server; a handshake with any other `Origin` gets HTTP 403.
+    public var allowedOrigins: Set<WebOrigin>
     /// A stream that gets no audio and no text message for this long is closed with 1011 `NET-0001`.
     public var idleTimeout: Duration
     /// How long a stream may take to deliver its last finals after `CloseStream` or at shutdown.
@@ -35,7 +37,8 @@ public struct ListenServerSettings: Sendable {
 
     public init(
         host: String, port: Int, key: APIKey? = nil, tls: TLSConfiguration? = nil, maxStreams: Int = 4,
-        idleTimeout: Duration = .seconds(10), flushTimeout: Duration = .seconds(30),
+        allowedOrigins: Set<WebOrigin> = [], idleTimeout: Duration = .seconds(10),
+        flushTimeout: Duration = .seconds(30),
         model: ServerMessages.ModelInfo = .init(name: "sttd-local"),
         maxConnections: Int = ListenServerSettings.defaultMaxConnections, handshakeTimeout: Duration = .seconds(5)
     ) {
@@ -44,6 +47,7 @@ public struct ListenServerSettings: Sendable {
         self.key = key
         self.tls = tls
         self.maxStreams = maxStreams
+        self.allowedOrigins = allowedOrigins
         self.idleTimeout = idleTimeout
         self.flushTimeout = flushTimeout
         self.model = model
@@ -129,7 +133,7 @@ public final class ListenServer: Service, Sendable {
         let slots = Slots(limit: settings.maxStreams)
         let connections = Slots(limit: settings.maxConnections)
         let turnedAway = LogThrottle(interval: .seconds(10))
-        let key = settings.key
+        let checks = HandshakeChecks(key: settings.key, allowedOrigins: settings.allowedOrigins)
         let handshakeTimeout = TimeAmount(settings.handshakeTimeout)
         let maxConnections = settings.maxConnections
         let channel = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -156,7 +160,7 @@ public final class ListenServer: Service, Sendable {
                     if let sslContext {
                         try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: sslContext))
                     }
-                    return try configureHandshake(channel, key: key, slots: slots, timer: timer, logger: logger)
+                    return try configureHandshake(channel, checks: checks, slots: slots, timer: timer, logger: logger)
                 }
             }
         return ListenServer(
@@ -204,7 +208,7 @@ public final class ListenServer: Service, Sendable {
     /// engine that cannot take it is answered with an HTTP error, not an upgrade); a refusal is
     /// answered by ``RefusalResponder``.
     private static func configureHandshake(
-        _ channel: any Channel, key: APIKey?, slots: Slots, timer: Scheduled<Void>, logger: Logger
+        _ channel: any Channel, checks: HandshakeChecks, slots: Slots, timer: Scheduled<Void>, logger: Logger
     ) throws -> PendingConnection {
         let handshake = HandshakeState()
         let requested = channel.eventLoop.makePromise(of: AcceptedRequest.self)
@@ -216,7 +220,7 @@ public final class ListenServer: Service, Sendable {
             shouldUpgrade: { channel, head in
                 let requestID = UUID().uuidString.lowercased()
                 let headers = head.headers.map { ($0.name, $0.value) }
-                switch ListenHandshake.evaluate(uri: head.uri, headers: headers, key: key) {
+                switch checks.evaluate(uri: head.uri, headers: headers) {
                 case .failure(let refusal):
                     handshake.set(.refused(refusal, requestID: requestID, afterRequest: false))
                     return channel.eventLoop.makeSucceededFuture(nil)
@@ -255,7 +259,7 @@ public final class ListenServer: Service, Sendable {
                 requested.fail(ChannelError.ioOnClosedChannel)
                 return channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
-                        RefusalResponder(handshake: handshake, key: key, logger: logger))
+                        RefusalResponder(handshake: handshake, checks: checks, logger: logger))
                     return .refused
                 }
             })

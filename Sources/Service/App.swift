@@ -229,7 +229,8 @@ public enum SttdApp {
             let folder = URL(fileURLWithPath: localSettings.sherpaModelDirectory).lastPathComponent
             model = .init(name: "\(localSettings.sherpaModelKind.rawValue)-\(folder)")
         }
-        var settings = ListenServerSettings(host: host, port: port, maxStreams: maxStreams, model: model)
+        var settings = ListenServerSettings(
+            host: host, port: port, maxStreams: maxStreams, allowedOrigins: Set(server.allowedOrigins), model: model)
         do {
             // Only the file: the client's other key sources (credential, environment) are not the server's.
             if !server.apiKeyFile.isEmpty {

@@ -96,6 +96,35 @@ extension Integration {
             #expect(sttd.sttd.isRunning)
         }
 
+        /// A web page the user visits can open a WebSocket to the server: sttd refuses it with
+        /// 403 and logs its origin unless `[server] allowed_origins` lists it; programs that send
+        /// no Origin are served.
+        @Test func onlyListedWebPagesGetTheEngine() async throws {
+            try Self.requireModel()
+            let logs = LogRecorder()
+            let sttd = try await SttdFixture(
+                config: Self.config + "allowed_origins = [\"https://notes.example\"]\n")
+            let address = try #require(try await sttd.property("ServerAddress")?.string)
+            let url = URL(string: "\(address)/v1/listen?encoding=linear16&sample_rate=16000&channels=1")!
+            func connect(origin: String?) async throws -> WebSocketConnection {
+                try await WebSocketConnection.connect(
+                    url: url, headers: origin.map { [("Origin", $0)] } ?? [], tls: nil, timeout: .seconds(10),
+                    logger: logs.logger()
+                ) { _ in }
+            }
+            let refusal = await #expect(throws: HandshakeRefusal.self) {
+                try await connect(origin: "http://evil.example").abort()
+            }
+            #expect(refusal?.status == 403)
+            #expect(refusal?.header("dg-error")?.contains("allowed_origins") == true, "\(refusal?.body ?? "")")
+            #expect(sttd.log.contains("allowed_origins") && sttd.log.contains("http://evil.example"))
+            for origin in [nil, "https://notes.example"] {
+                let stream = try await connect(origin: origin)
+                stream.send(text: #"{"type":"CloseStream"}"#)
+                #expect(await stream.end == .closed(code: 1000, reason: ""), "\(origin ?? "no Origin")")
+            }
+        }
+
         /// 300 idle sockets, more than twice what the server keeps open, against an sttd allowed
         /// 200 descriptors (a bounded count showing what ~1 100 do against the usual 1024):
         /// sttd's descriptors stay bounded, dictation works meanwhile, and once the handshake

@@ -8,6 +8,7 @@ import Recognition
 import ServiceLifecycle
 import Synchronization
 import TestSupport
+import Testing
 
 /// A recognizer whose transcript is computed from the audio it got: one word (`w1`, `w2`, …) per
 /// half second, an interim after each chunk that completed a word, and a final of the pending
@@ -220,6 +221,15 @@ final class ListenClient: Sendable {
 
 func transcript(_ result: [String: Any]) -> String? {
     ((result["channel"] as? [String: Any])?["alternatives"] as? [[String: Any]])?.first?["transcript"] as? String
+}
+
+/// A client (with `headers`) gets a whole stream: two seconds of audio, its finals, a clean close.
+func expectAStreamIsServed(by server: ListenServer, headers: [(String, String)] = []) async throws {
+    let client = try await ListenClient.connect(server, headers: headers)
+    client.sendAudio(seconds: 2)
+    client.connection.send(text: #"{"type":"CloseStream"}"#)
+    #expect(await client.connection.end == .closed(code: 1000, reason: ""))
+    #expect(client.finals().compactMap(transcript) == ["w1 w2 w3 w4"])
 }
 
 /// Runs a server over `recognizer` on an ephemeral loopback port for `body`, in a service
