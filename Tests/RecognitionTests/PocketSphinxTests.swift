@@ -122,6 +122,8 @@ struct PocketSphinxTests {
                     "Mozilla", "Linux", "GitHub", "OpenAI", "Anthropic",
                 ]))
         var errors = (raw: 0, plain: 0, named: 0)
+        // Issue 37: ordinary speech never presses a key, deletes or stops.
+        var commands: [Edit] = []
         for recording in try LibriVox.recordings() {
             let (results, _) = try await transcribe(try wavSamples(recording.path), with: recognizer)
             let finals = results.filter(\.isFinal).map(\.text)
@@ -132,6 +134,7 @@ struct PocketSphinxTests {
                     }
                 }
             }
+            commands += finals.flatMap { plain.edits(for: $0) }.filter { if case .text = $0 { false } else { true } }
             let raw = finals.flatMap(normalizedWords)
             errors.raw += wordErrors(reference: recording.reference, hypothesis: raw)
             errors.plain += wordErrors(reference: recording.reference, hypothesis: written(plain))
@@ -139,6 +142,7 @@ struct PocketSphinxTests {
         }
         #expect(errors.plain <= errors.raw, "\(errors)")
         #expect(errors.named <= errors.raw, "\(errors)")
+        #expect(commands.isEmpty, "ordinary speech pressed keys or deleted: \(commands)")
         print(
             "word errors on LibriVox: engine \(errors.raw), with [text] rules \(errors.plain), with vocabulary \(errors.named)"
         )

@@ -131,6 +131,9 @@ public final class PrivateBus: @unchecked Sendable {
               <listen>unix:path=\(directory)/bus</listen>
               <auth>EXTERNAL</auth>
               \(servicedir)
+              <!-- As Debian's session bus: many connections per user, many calls each. -->
+              <limit name="max_connections_per_user">100000</limit>
+              <limit name="max_replies_per_connection">50000</limit>
               <policy context="default">
                 <allow send_destination="*" eavesdrop="true"/>
                 <allow eavesdrop="true"/>
