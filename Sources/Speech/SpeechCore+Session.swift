@@ -174,7 +174,7 @@ extension SpeechCore {
                 applyFinal(held, whole: false, dictation: dictation, ending: ending)
                 utteranceOpen = true
             } else if result.isFinal, result.endsUtterance || ending {
-                utteranceEnded()
+                utteranceEnded(ending: ending)
             }
         }
         guard result.isFinal else {
@@ -195,12 +195,13 @@ extension SpeechCore {
         utteranceOpen = !endsUtterance
     }
 
-    /// The utterance ended (a pause): a command held for it is carried out.
-    func utteranceEnded() {
+    /// The utterance ended (a pause, or the session's end): a command held for it is carried out.
+    func utteranceEnded(ending: Bool = false) {
         utteranceOpen = false
         guard let held = heldCommand else { return }
         heldCommand = nil
-        applyFinal(held, whole: true, dictation: session?.dictation ?? Dictation(rules: DictationRules()), ending: false)
+        let dictation = session?.dictation ?? Dictation(rules: DictationRules())
+        applyFinal(held, whole: true, dictation: dictation, ending: ending)
     }
 
     private func applyFinal(_ result: RecognitionResult, whole: Bool, dictation: Dictation, ending: Bool) {

@@ -89,7 +89,10 @@ struct DeepgramStreamMachineTests {
         #expect(
             machine.handle(.received(results("one", start: 0, duration: 0.25)), now: t0) == [
                 .deliver(.speechActivity(true)),
-                .deliver(.result(RecognitionResult(text: "one", isFinal: true, audioStart: 0, audioEnd: 0.25))),
+                .deliver(
+                    .result(
+                        RecognitionResult(
+                            text: "one", isFinal: true, audioStart: 0, audioEnd: 0.25, endsUtterance: false))),
             ])
         #expect(machine.handle(.connectionEnded(first, .dropped("reset")), now: t0) == [.reconnect])
         // While down, audio waits, and the old connection gets no KeepAlive.
@@ -100,7 +103,8 @@ struct DeepgramStreamMachineTests {
                 .sendAudio(quarter(2).samples), .sendAudio(quarter(3).samples),
             ])
         // The new connection's time 0 is the first replayed sample.
-        let two = RecognitionResult(text: "two", isFinal: true, audioStart: 0.25, audioEnd: 0.5)
+        // Without `speech_final` a final does not end its utterance.
+        let two = RecognitionResult(text: "two", isFinal: true, audioStart: 0.25, audioEnd: 0.5, endsUtterance: false)
         #expect(
             machine.handle(.received(results("two", start: 0, duration: 0.25)), now: t0) == [.deliver(.result(two))])
         #expect(machine.handle(.received(results("two", start: 0, duration: 0.25)), now: t0) == [])

@@ -89,6 +89,20 @@ struct UtteranceCommandCoreTests {
             #expect(harness.output.typed == ["Hello.", "<Return>"])
         }
     }
+
+    /// A held "stop listening" carried out as the session concludes has nothing left to stop.
+    @Test func aHeldStopListeningAtTheSessionsEndStartsNoStop() async throws {
+        let harness = try await CoreHarness()
+        try await harness.run {
+            let (session, _) = try await harness.start(StartOptions())
+            session.final("The end.")
+            session.final("Stop listening.", endsUtterance: false)
+            session.fail(RecognitionError(.backendUnavailable, "the server went away"))
+            try await harness.log.wait { $0.contains(.state(.idle)) }
+            #expect(!harness.log.all.contains(.state(.stopping)), "no stop was started")
+            #expect(await harness.core.currentTranscript == "The end.")
+        }
+    }
 }
 
 extension FakeRecognitionStream {
