@@ -18,7 +18,7 @@ struct VoiceCommandCoreTests {
             session.final("Thanks, press enter.")
             session.final("scratch that")
             session.final("We need a new line of products.")
-            await harness.log.wait { _ in harness.output.typed.count == 6 }
+            try await harness.log.wait { _ in harness.output.typed.count == 6 }
             #expect(
                 harness.output.typed == [
                     "Dear team\n", "This goes away.", "<-15>", "Thanks", "<Return>", " We need a new line of products.",
@@ -37,7 +37,7 @@ struct VoiceCommandCoreTests {
         try await harness.run {
             let (session, _) = try await harness.start(StartOptions())
             session.final("That is all, stop listening.")
-            #expect(await waitFor { await harness.core.state == .idle })
+            try await waitFor { await harness.core.state == .idle }
             #expect(await harness.core.currentTranscript == "That is all")
             #expect(harness.lastHistoryText == "That is all")
         }
@@ -50,11 +50,11 @@ struct VoiceCommandCoreTests {
         try await harness.run {
             let (session, _) = try await harness.start(StartOptions())
             session.interim("the end, stop listening")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("the end", update: .init(segment: "the end", isFinal: false)))
             }
             session.fail(RecognitionError(.backendUnavailable, "the server went away"))
-            await harness.log.wait { $0.contains(.state(.idle)) }
+            try await harness.log.wait { $0.contains(.state(.idle)) }
             #expect(await harness.core.currentTranscript == "the end")
             #expect(harness.log.all.contains { if case .sessionFailed = $0 { true } else { false } })
             #expect(!harness.log.all.contains(.state(.stopping)), "no stop was started")
@@ -68,11 +68,11 @@ struct VoiceCommandCoreTests {
             let (session, _) = try await harness.start(StartOptions())
             session.final("One.")
             session.interim("two new line")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("One. two", update: .init(segment: "two", isFinal: false)))
             }
             session.interim("scratch that")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("One.", update: .init(segment: "", isFinal: false)))
             }
             _ = await harness.core.stop()
