@@ -169,7 +169,7 @@ extension Benchmarks {
                     let endOfSpeech = ContinuousClock.now - .milliseconds(Int64(clip.trailingSilence * 1000))
                     // The final holding the last words is the last one before speech activity ends
                     // after the recording (a long recording may have had finals before).
-                    let ended = await recorder.wait(timeout: .seconds(15)) { _ in
+                    let ended = await recorder.happens(within: .seconds(15)) { _ in
                         recorder.arrivals.contains {
                             $0.at > endOfSpeech && $0.signal.member == "SpeechActivity"
                                 && $0.signal.arguments.first == .boolean(false)

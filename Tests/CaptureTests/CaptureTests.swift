@@ -116,7 +116,7 @@ struct PulseCaptureTests {
 
     @Test func serverDeathEndsTheStreamWithLost() async throws {
         let capture = try await PulseAudio.capture(source: nil, server: pulse.server, logger: logger)
-        pulse.kill()
+        try pulse.kill()
         let error = await #expect(throws: CaptureError.self) {
             for try await _ in capture.chunks {}
         }

@@ -14,13 +14,13 @@ final class HeldDecisions: Sendable {
         held.withLock { $0.append((access, decision)) }
     }
 
-    /// Waits (bounded) until `count` decisions are held.
-    func waitFor(_ count: Int) async -> Bool {
+    /// Waits (up to 5 s) until `count` decisions are held; throws ``WaitTimedOut`` if they are not.
+    func waitFor(_ count: Int, fileID: String = #fileID, line: Int = #line) async throws {
         for _ in 0..<500 {
-            if held.withLock({ $0.count }) >= count { return true }
+            if held.withLock({ $0.count }) >= count { return }
             try? await Task.sleep(for: .milliseconds(10))
         }
-        return false
+        throw WaitTimedOut("\(count) held decisions", after: .seconds(5), fileID: fileID, line: line)
     }
 
     /// Gives every held decision, oldest first.
@@ -84,7 +84,7 @@ struct GateTests {
         let other = try await DBusConnection.connect(to: .address(fixture.bus.address))
         defer { other.close() }
         async let first = fixture.call("Echo", [.variant(.uint32(1))])
-        #expect(await held.waitFor(1))
+        try await held.waitFor(1)
         async let second = fixture.call("Get", interface: Self.props, [.string("test.Echo"), .string("Name")])
         // Another client is served while the first waits: the connection thread is free.
         let otherReply = try await other.call(
@@ -94,7 +94,7 @@ struct GateTests {
         // The second call of the waiting sender is not even asked about until the first is decided.
         #expect(held.accesses.map(\.member) == ["Echo"])
         held.decideAll(nil)
-        #expect(await held.waitFor(1))
+        try await held.waitFor(1)
         #expect(held.accesses.map(\.member) == ["Name"])
         held.decideAll(Self.refused)
         #expect(try await first == [.variant(.uint32(1))])

@@ -18,8 +18,12 @@ final class Collected: Sendable {
 
     var all: [DBusSignalMessage] { signals.withLock { $0 } }
 
-    /// Waits (bounded) until `count` signals have come.
-    func wait(for count: Int) async -> Bool { await waitFor(timeout: .seconds(20)) { all.count >= count } }
+    /// Waits (bounded) until `count` signals have come; throws ``WaitTimedOut`` if they do not.
+    func wait(for count: Int, fileID: String = #fileID, line: Int = #line) async throws {
+        try await waitFor("\(count) signals (\(all.count) came)", timeout: .seconds(20), fileID: fileID, line: line) {
+            all.count >= count
+        }
+    }
 }
 
 /// Sends a signal with `dbus-send`, a client of its own: to `destination` alone, or broadcast.
@@ -68,10 +72,9 @@ struct SenderTests {
         let leaving = try await DBusConnection.connect(to: .address(fixture.bus.address))
         let name = leaving.uniqueName
         leaving.close()
-        #expect(
-            await waitFor(timeout: .seconds(20)) {
-                bus.all.contains { $0.arguments.first == .string(name) && $0.arguments.last == .string("") }
-            })
+        try await waitFor("the bus to say that \(name) left", timeout: .seconds(20)) {
+            bus.all.contains { $0.arguments.first == .string(name) && $0.arguments.last == .string("") }
+        }
         #expect(
             !bus.all.contains { $0.arguments.first == .string(fixture.server.uniqueName) },
             "a forged NameOwnerChanged was taken: \(bus.all.map(\.arguments))")
@@ -88,7 +91,7 @@ struct SenderTests {
             interface: "test.Echo",
             member: "Ping", ["uint32:666"])
         fixture.object.emit("Ping", [.uint32(1)])
-        #expect(await pings.wait(for: 1))
+        try await pings.wait(for: 1)
         // The service goes; another takes its name: its signals count, the old owner's would not.
         fixture.server.close()
         await fixture.server.waitUntilDisconnected()
@@ -102,13 +105,13 @@ struct SenderTests {
         successor.export(object)
         #expect(try await successor.requestName("test.Echo") == 1)
         object.emit("Ping", [.uint32(2)])
-        #expect(await pings.wait(for: 2))
+        try await pings.wait(for: 2)
         try await sendSignal(
             bus: fixture.bus.address, destination: fixture.client.uniqueName, path: "/test/Echo",
             interface: "test.Echo",
             member: "Ping", ["uint32:667"])
         object.emit("Ping", [.uint32(3)])
-        #expect(await pings.wait(for: 3))
+        try await pings.wait(for: 3)
         #expect(pings.all.map(\.arguments) == [[.uint32(1)], [.uint32(2)], [.uint32(3)]])
         #expect(pings.all.map(\.sender) == [fixture.server.uniqueName, successor.uniqueName, successor.uniqueName])
     }

@@ -119,7 +119,7 @@ struct TypedTests {
         let fixture = try await TypedFixture()
         try await withThrowingTaskGroup { group in
             for _ in 0..<2 { group.addTask { _ = try await fixture.call("Hold") } }
-            #expect(await waitFor { fixture.held.waiting == 2 })
+            try await waitFor { fixture.held.waiting == 2 }
             let refused = await #expect(throws: DBusError.self) { try await fixture.call("Hold") }
             #expect(refused?.name == "org.freedesktop.DBus.Error.LimitsExceeded")
             async let finished: Void = fixture.tasks.finish()

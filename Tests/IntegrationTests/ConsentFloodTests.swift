@@ -27,15 +27,17 @@ extension Integration {
                 ((try? String(contentsOfFile: "\(directory)/out", encoding: .utf8)) ?? "").split(separator: "\n")
                     .compactMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
             }
-            let sent = await waitFor(timeout: .seconds(120)) { !lines().isEmpty || !flood.isRunning }
-            try #require(sent && lines().first?["sent"] as? Int == total, "flood.py: \(lines())")
+            try await waitFor("flood.py to send every call", timeout: .seconds(120)) {
+                !lines().isEmpty || !flood.isRunning
+            }
+            try #require(lines().first?["sent"] as? Int == total, "flood.py: \(lines())")
             // Every call has reached sttd; the prompt is still open.
             let during = try #require(residentBytes(of: sttd.sttd.pid))
-            #expect(await waitFor(timeout: .seconds(20)) { !ConsentTests.prompts(server).isEmpty })
+            try await waitFor("the prompt", timeout: .seconds(20)) { !ConsentTests.prompts(server).isEmpty }
             let prompt = try #require(ConsentTests.prompts(server).first, "a prompt for the app")
             #expect(prompt.body.contains("cannot type into other windows"), "the prompt says what an app cannot do")
             server.invokeAction("deny", on: prompt.id)
-            #expect(await waitFor(timeout: .seconds(150)) { lines().count == 2 }, "\(lines())")
+            try await waitFor("every reply: \(lines())", timeout: .seconds(150)) { lines().count == 2 }
             let summary = try #require(lines().last)
             let errors = summary["errors"] as? [String: Int] ?? [:]
             print("consent flood: \(summary); RSS \(before / 1024) kB -> \(during / 1024) kB")

@@ -34,7 +34,7 @@ struct ConsentTests {
 
         // The first Start asks, naming the app; Deny fails the call.
         async let first = notes.callSttd("StartTranscribing", ["{}"])
-        #expect(await waitFor { Self.prompts(server).count == 1 })
+        try await waitFor { Self.prompts(server).count == 1 }
         let prompt = try #require(Self.prompts(server).first)
         #expect(prompt.summary.contains("org.example.Notes"))
         #expect(prompt.actions == ["allow", "Allow", "deny", "Deny"])
@@ -84,7 +84,7 @@ struct ConsentTests {
         let reset = try await notesApp.call("ResetTranscript")
         #expect(reset.error == nil, "\(reset)")
         try await fixture.set("Language", .string("en-GB"))  // broadcast, after the reset's signal
-        #expect(await recorder.wait { _ in !recorder.changes(of: "Language").isEmpty })
+        try await recorder.wait("the Language change") { _ in !recorder.changes(of: "Language").isEmpty }
         #expect(recorder.signals(named: "TranscriptChanged").isEmpty)
         let stopped = try await notesApp.call("StopTranscribing")
         #expect(stopped.error == nil, "\(stopped)")
@@ -110,7 +110,7 @@ struct ConsentTests {
         // A second app is asked separately.
         let other = try FlatpakSandbox(appID: "org.example.Other", busAddress: fixture.bus.address).launchApp()
         async let otherStart = other.call("StartTranscribing")
-        #expect(await waitFor { Self.prompts(server).count == server2Prompts + 1 })
+        try await waitFor { Self.prompts(server).count == server2Prompts + 1 }
         let otherPrompt = try #require(Self.prompts(server).last)
         #expect(otherPrompt.summary.contains("org.example.Other"))
         server.invokeAction("allow", on: otherPrompt.id)
@@ -135,10 +135,9 @@ struct ConsentTests {
         let started = try await notes.call("StartTranscribing")
         #expect(started.error == nil, "\(started)")
         try await fixture.pulse.play(try LibriVox.recordings()[1].path)
-        #expect(
-            await waitFor(timeout: .seconds(30)) {
-                (try? await fixture.property("Transcript"))??.string?.isEmpty == false
-            }, "\(fixture.log)")
+        try await waitFor("words in the Transcript: \(fixture.log)", timeout: .seconds(30)) {
+            (try? await fixture.property("Transcript"))??.string?.isEmpty == false
+        }
         let own = try await notes.get("Transcript")
         #expect(own.error == nil && own.value?.isEmpty == false, "the app reads its own text: \(own)")
 
@@ -171,8 +170,10 @@ struct ConsentTests {
         #expect(try await notes.get("Transcript").value?.isEmpty == false, "the app still reads its own text")
 
         // The app leaves the bus (it crashed or was closed): its session stops as Stop would.
-        await notes.leave()
-        #expect(await waitFor(timeout: .seconds(20)) { (try? await fixture.property("State")) == .string("idle") })
+        try await notes.leave()
+        try await waitFor("State idle", timeout: .seconds(20)) {
+            (try? await fixture.property("State")) == .string("idle")
+        }
         let sessions = try #require(try HistoryStore(readingAt: fixture.historyPath)).sessions()
         #expect(sessions.count == 1 && sessions.first?.ended != nil && sessions.first?.text.isEmpty == false)
         #expect(fixture.log.contains("left the bus; stopping the session"))
@@ -196,14 +197,16 @@ struct ConsentTests {
         defer { server.stop() }
         let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address).launchApp()
         _ = try await notes.request(["call": "StartTranscribing", "send": true])
-        #expect(await waitFor { Self.prompts(server).count == 1 })
-        await notes.leave()
+        try await waitFor { Self.prompts(server).count == 1 }
+        try await notes.leave()
         // Allowed only after the app has gone: the session opens for nobody, and stops.
         server.invokeAction("allow", on: try #require(Self.prompts(server).first).id)
-        #expect(
-            await waitFor(timeout: .seconds(30)) { fixture.log.contains("left the bus; stopping the session") },
-            "\(fixture.log)")
-        #expect(await waitFor(timeout: .seconds(20)) { (try? await fixture.property("State")) == .string("idle") })
+        try await waitFor("the session to stop for the app that left: \(fixture.log)", timeout: .seconds(30)) {
+            fixture.log.contains("left the bus; stopping the session")
+        }
+        try await waitFor("State idle", timeout: .seconds(20)) {
+            (try? await fixture.property("State")) == .string("idle")
+        }
         #expect(try await fixture.property("ActiveClient") == .string(""))
     }
 
@@ -217,11 +220,11 @@ struct ConsentTests {
         #expect(first.stderr.contains("no answer"), "\(first)")
         let prompt = try #require(Self.prompts(server).first)
         #expect(prompt.expireTimeout == 1500)
-        #expect(await waitFor { server.closedByService.contains(prompt.id) }, "the unanswered prompt is withdrawn")
+        try await waitFor("the unanswered prompt to be withdrawn") { server.closedByService.contains(prompt.id) }
 
         // Not remembered: the next call asks again; dismissing it is no answer either.
         async let second = notes.callSttd("ToggleTranscribing", ["{}"])
-        #expect(await waitFor { Self.prompts(server).count == 2 })
+        try await waitFor { Self.prompts(server).count == 2 }
         server.dismiss(Self.prompts(server)[1].id)
         let dismissed = try await second
         #expect(dismissed.status != 0 && dismissed.stderr.contains("dismissed"), "\(dismissed)")
@@ -237,10 +240,10 @@ struct ConsentTests {
         defer { server.stop() }
         let notes = try FlatpakSandbox(appID: "org.example.Notes", busAddress: fixture.bus.address)
         async let waiting = notes.callSttd("StartTranscribing", ["{}"])
-        #expect(await waitFor { Self.prompts(server).count == 1 })
+        try await waitFor { Self.prompts(server).count == 1 }
         fixture.sttd.signal(SIGTERM)
         // The prompt would wait 20 s; shutdown answers it and exits well before.
-        #expect(await waitFor(timeout: .seconds(10)) { !fixture.sttd.isRunning }, "\(fixture.log)")
+        try await waitFor("sttd to exit: \(fixture.log)", timeout: .seconds(10)) { !fixture.sttd.isRunning }
         #expect(fixture.sttd.exitStatus == 0)
         let result = try await waiting
         #expect(result.status != 0, "\(result)")
@@ -296,16 +299,15 @@ struct PermissionStoreTests {
         environment["XDG_DATA_HOME"] = "\(fixture.home)/data"
         let store = try ChildProcess(binary, [], environment: environment, stderr: "\(fixture.home)/store.log")
         defer { store.stop() }
-        #expect(
-            await waitFor {
-                let owned = try? await fixture.client.call(
-                    destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                    interface: "org.freedesktop.DBus", member: "NameHasOwner", arguments: [.string(Self.store)])
-                return owned?.first?.boolean == true
-            })
+        try await waitFor("the permission store on the bus") {
+            let owned = try? await fixture.client.call(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+                interface: "org.freedesktop.DBus", member: "NameHasOwner", arguments: [.string(Self.store)])
+            return owned?.first?.boolean == true
+        }
         // sttd chooses its store at startup.
         try await fixture.restartService()
-        #expect(await waitFor { fixture.log.contains("kept in the desktop permission store") })
+        try await waitFor { fixture.log.contains("kept in the desktop permission store") }
 
         #expect(try fixture.sttctl(["allow", "org.example.Notes"]).status == 0)
         #expect(try await lookUp(fixture)["org.example.Notes"] == ["yes"])

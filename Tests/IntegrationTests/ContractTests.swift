@@ -101,7 +101,7 @@ extension Integration {
             #expect(wrongType?.name == "org.freedesktop.DBus.Error.InvalidArgs")
             let unknown = await #expect(throws: DBusError.self) { try await sttd.set("Nope", .string("x")) }
             #expect(unknown?.name == "org.freedesktop.DBus.Error.UnknownProperty")
-            await recorder.wait { _ in recorder.changes(of: "Backend").count == 1 }
+            try await recorder.wait("the Backend change") { _ in recorder.changes(of: "Backend").count == 1 }
             #expect(recorder.changes(of: "Language") == [.string("de-DE")])
             #expect(recorder.changes(of: "Source") == [.string("mic.monitor")])
             #expect(recorder.changes(of: "Backend") == [.string("deepgram")])
@@ -159,7 +159,9 @@ extension Integration {
             try await sttd.call("CancelTranscribing")
             let recorder = try await sttd.record()
             try await sttd.call("ResetTranscript")
-            await recorder.wait { !$0.filter { $0.member == "TranscriptChanged" }.isEmpty }
+            try await recorder.wait("the reset's TranscriptChanged") {
+                !$0.filter { $0.member == "TranscriptChanged" }.isEmpty
+            }
             #expect(
                 recorder.signals(named: "TranscriptChanged").first?.arguments == [
                     .string(""), .string(""), .boolean(true),
@@ -198,7 +200,7 @@ extension Integration {
                 [.vardict([("interim_results", .boolean(false)), ("keyterms", .strings(["sttd"]))])])
             try await sttd.call("CancelTranscribing")
             #expect(try await sttd.property("State") == .string("idle"))
-            await recorder.wait { _ in recorder.changes(of: "State").count >= 12 }
+            try await recorder.wait("12 State changes") { _ in recorder.changes(of: "State").count >= 12 }
             let states = recorder.changes(of: "State").compactMap(\.string)
             #expect(states == Array(repeating: ["starting", "listening", "stopping", "idle"], count: 3).flatMap { $0 })
         }

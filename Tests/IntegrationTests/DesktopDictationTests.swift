@@ -31,15 +31,14 @@ extension Integration {
             let recordings = try LibriVox.recordings()
             try await sttd.pulse.play(recordings[0].path)
             // Finals are typed as they arrive, while listening goes on.
-            let firstFinal = await waitFor(timeout: .seconds(20)) {
+            try await waitFor("a final", timeout: .seconds(20)) {
                 recorder.signals(named: "TranscriptChanged").contains { $0.arguments.last == .boolean(true) }
             }
-            #expect(firstFinal)
-            #expect(await waitFor { !window.text.isEmpty }, "typed before Stop")
+            try await waitFor("the final typed before Stop") { !window.text.isEmpty }
             for recording in recordings.dropFirst() { try await sttd.pulse.play(recording.path) }
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(reply.split(separator: " ").count > 40, "\(reply)")
-            #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
+            try await window.waitForText(reply)
             let history = try sttd.sttctl(["history", "--json"]).stdout
             #expect(history.contains(reply), "the history entry is the same text")
         }
@@ -59,7 +58,7 @@ extension Integration {
             try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(reply.hasPrefix("café Straße ✓ naïve 😀 café"), "\(reply)")
-            #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
+            try await window.waitForText(reply)
         }
 
         @Test(arguments: DesktopKind.allCases)
@@ -89,7 +88,7 @@ extension Integration {
             try await sttd.pulse.play(try LibriVox.recordings()[3].path)
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!reply.isEmpty)
-            #expect(await window.waitForText(reply), "window: \(window.text)\nreply: \(reply)")
+            try await window.waitForText(reply)
             #expect(try DesktopClipboard.clipboard(kind) == "what I had copied")
         }
 
@@ -103,13 +102,12 @@ extension Integration {
                 "StartTranscribing", Self.option(("output", .string("type")), ("auto_stop_ms", .uint32(1000))))
             try await sttd.pulse.play(recording.path)
             // The virtual microphone is silent once the file ends.
-            let stopped = await waitFor(timeout: .seconds(30)) {
+            try await waitFor("the session to stop by itself", timeout: .seconds(30)) {
                 (try? await sttd.property("State")) == .string("idle")
             }
-            #expect(stopped, "the session stopped by itself")
             let text = try await sttd.property("Transcript")?.string ?? ""
             #expect(wordErrorRate(reference: recording.reference, hypothesis: normalizedWords(text)) < 50, "\(text)")
-            #expect(await window.waitForText(text), "window: \(window.text)\ntranscript: \(text)")
+            try await window.waitForText(text)
             #expect(recorder.signals(named: "SessionFailed").isEmpty, "an auto-stop is not a failure")
             #expect(try sttd.sttctl(["history", "--json"]).stdout.contains(text))
         }
@@ -118,10 +116,9 @@ extension Integration {
             let sttd = try await SttdFixture(config: "auto_stop_no_speech_ms = 1500\n")
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", Self.option(("auto_stop_ms", .uint32(800))))
-            let stopped = await waitFor(timeout: .seconds(20)) {
+            try await waitFor("the session to end by itself", timeout: .seconds(20)) {
                 (try? await sttd.property("State")) == .string("idle")
             }
-            #expect(stopped)
             #expect(recorder.signals(named: "SessionFailed").isEmpty)
             #expect(try await sttd.property("LastError") == .string(""))
             #expect(sttd.log.contains("auto-stop: nobody spoke"))
@@ -154,17 +151,17 @@ extension Integration {
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
             try await sttd.pulse.play(try LibriVox.recordings()[1].path)
-            let warned = await waitFor(timeout: .seconds(30)) {
+            try await waitFor("LastError to show the tool's failure", timeout: .seconds(30)) {
                 (try? await sttd.property("LastError")) == .string(SpeechAPI.errorName("InvalidConfiguration"))
             }
-            #expect(warned, "LastError shows the tool's failure")
             #expect(try await sttd.property("State") == .string("listening"), "the session goes on")
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!reply.isEmpty)
             #expect(recorder.signals(named: "SessionFailed").isEmpty)
             #expect(try sttd.sttctl(["history", "--json"]).stdout.contains(reply))
-            #expect(
-                await waitFor { notifications.notifications.contains { $0.summary == "Dictated text was not typed" } })
+            try await waitFor("the notification") {
+                notifications.notifications.contains { $0.summary == "Dictated text was not typed" }
+            }
             #expect(sttd.log.contains("desktop output failed"))
         }
     }

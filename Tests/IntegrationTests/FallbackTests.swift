@@ -50,10 +50,9 @@ extension Integration {
             let offlinePart = try await pocketsphinxFinals(Array(captured[seam...]))
             #expect(!offlinePart.isEmpty, "the offline engine recognized words after the kill")
             #expect(reply == (serverFinals + offlinePart).joined(separator: " "))
-            let signalled = await recorder.wait(timeout: .seconds(5)) { _ in
+            try await recorder.wait("ActiveBackend \"\" after the session", timeout: .seconds(5)) { _ in
                 recorder.changes(of: "ActiveBackend").last == .string("")
             }
-            #expect(signalled)
             #expect(signalledFinals(recorder) == serverFinals + offlinePart, "every final is signalled once, in order")
             #expect(try await history(sttd).first?.text == reply)
             #expect(recorder.changes(of: "ActiveBackend") == [.string("deepgram"), .string("local"), .string("")])
@@ -77,7 +76,9 @@ extension Integration {
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!reply.isEmpty)
             #expect(try await sttd.property("ActiveBackend") == .string(""))
-            await recorder.wait(timeout: .seconds(5)) { _ in recorder.changes(of: "ActiveBackend").count >= 2 }
+            try await recorder.wait("two ActiveBackend changes", timeout: .seconds(5)) { _ in
+                recorder.changes(of: "ActiveBackend").count >= 2
+            }
             #expect(recorder.changes(of: "ActiveBackend") == [.string("local"), .string("")])
             #expect(try await sttd.property("LastError") == .string(""))
         }

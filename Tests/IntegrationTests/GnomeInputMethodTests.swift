@@ -27,9 +27,8 @@ extension Integration {
             #expect(stop.status == 0, "\(stop)")
             let reply = stop.stdout.trimmingCharacters(in: .newlines)
             #expect(reply.split(separator: " ").count > 5, "\(reply)")
-            #expect(
-                await field.waitForText(reply, timeout: .seconds(30)),
-                "field: \(field.text)\nreply: \(reply)\n\(desktop.log)\n\(sttd.log.suffix(4000))")
+            try await field.waitForText(
+                reply, timeout: .seconds(30), context: "\(desktop.log)\n\(sttd.log.suffix(4000))")
             // The words being spoken were shown at the cursor (text-input-v3 preedit) before they were final.
             #expect((field.record?.preedits ?? 0) > 0, "preedit shown: \(String(describing: field.record))")
             #expect(field.record?.preedit == "", "no preedit left after Stop")

@@ -39,7 +39,7 @@ extension Integration {
         }
 
         static func waitForInputMethod(_ sttd: SttdFixture, _ expected: String) async throws {
-            let reached = try await waitFor(timeout: .seconds(15)) {
+            let reached = try await happens(within: .seconds(15)) {
                 try await sttd.property("InputMethod") == .string(expected)
             }
             let now = try await sttd.property("InputMethod")
@@ -68,7 +68,7 @@ extension Integration {
             #expect(stop.status == 0, "\(stop)")
             let reply = stop.stdout.trimmingCharacters(in: .newlines)
             #expect(reply.split(separator: " ").count > 30, "\(reply)")
-            #expect(await field.waitForText(reply), "field: \(field.text)\nreply: \(reply)\n\(desktop.log)")
+            try await field.waitForText(reply, context: desktop.log)
             // The words being spoken were shown at the cursor before they were final.
             let interims = recorder.signals(named: "TranscriptChanged").filter {
                 $0.arguments.last == .boolean(false) && $0.arguments[1] != .string("")
@@ -90,7 +90,7 @@ extension Integration {
             #expect(stop.status == 0, "\(stop)")
             let reply = try #require(try await sttd.property("Transcript")?.string)
             #expect(reply.hasPrefix("café Straße ✓ 😀 café"), "\(reply)")
-            #expect(await field.waitForText(reply), "field: \(field.text)\nreply: \(reply)\n\(desktop.log)")
+            try await field.waitForText(reply, context: desktop.log)
             let seen = field.record?.preedit_seen ?? []
             #expect(
                 !seen.isEmpty && seen.allSatisfy { reply.contains($0.trimmingCharacters(in: .whitespaces)) }, "\(seen)")
@@ -106,14 +106,11 @@ extension Integration {
             let start = try sttd.sttctl(["start", "--output", "type"])
             #expect(start.status == 0, "\(start)")
             try await VoiceCommandTests.dictateUntilStopped(sttd)
-            let stopped = await waitFor(timeout: .seconds(20)) {
+            try await waitFor("\"stop listening\" to end the session", timeout: .seconds(20)) {
                 (try? await sttd.property("State")) == .string("idle")
             }
-            #expect(stopped, "\"stop listening\" ended the session")
             #expect(try await sttd.property("Transcript") == .string(VoiceCommandTests.transcript))
-            #expect(
-                await field.waitForText(VoiceCommandTests.windowText),
-                "field: \(field.text.debugDescription)\n\(desktop.log)")
+            try await field.waitForText(VoiceCommandTests.windowText, context: desktop.log)
             _ = server
         }
 
@@ -121,7 +118,7 @@ extension Integration {
             let (sttd, desktop, field) = try await Self.focusedField()
             defer { desktop.close() }
             try await field.xdotool(["type", "--delay", "20", "Pass through: 123, OK?"])
-            #expect(await field.waitForText("Pass through: 123, OK?"), "field: \(field.text)")
+            try await field.waitForText("Pass through: 123, OK?")
             #expect(try await sttd.property("InputMethod") == .string("focused"), "the engine had the keys")
             #expect(try await sttd.property("State") == .string("idle"))
         }
@@ -170,17 +167,17 @@ extension Integration {
             defer { desktop.close() }
 
             try await field.xdotool(["keydown", "KP_Add"])
-            let listening = try await waitFor(timeout: .seconds(30)) {
+            try await waitFor("pressing the key to start a session: \(desktop.log)", timeout: .seconds(30)) {
                 try await sttd.property("State") == .string("listening")
             }
-            #expect(listening, "pressing the key starts a session: \(desktop.log)")
             try await sttd.pulse.play(try LibriVox.recordings()[2].path)
             try await field.xdotool(["keyup", "KP_Add"])
-            let idle = try await waitFor(timeout: .seconds(30)) { try await sttd.property("State") == .string("idle") }
-            #expect(idle, "releasing it stops the session")
+            try await waitFor("releasing it to stop the session", timeout: .seconds(30)) {
+                try await sttd.property("State") == .string("idle")
+            }
             let transcript = try #require(try await sttd.property("Transcript")?.string)
             #expect(!transcript.isEmpty)
-            #expect(await field.waitForText(transcript), "field: \(field.text)\ntranscript: \(transcript)")
+            try await field.waitForText(transcript)
             #expect(!field.text.contains("+"))
             let history = try sttd.sttctl(["history", "--json"]).stdout
             #expect(history.split(separator: "\n").count == 1, "one session: \(history)")
@@ -189,10 +186,9 @@ extension Integration {
             #expect(try sttd.sttctl(["start"]).status == 0)
             try await field.xdotool(["keydown", "KP_Add"])
             try await field.xdotool(["keyup", "KP_Add"])
-            let leftAlone = await waitFor(timeout: .seconds(15)) {
+            try await waitFor("the engine to leave the session alone: \(desktop.log)", timeout: .seconds(15)) {
                 desktop.log.contains("push-to-talk: a session is running already")
             }
-            #expect(leftAlone, "\(desktop.log)")
             #expect(try await sttd.property("State") == .string("listening"))
             #expect(try sttd.sttctl(["stop"]).status == 0)
         }
@@ -208,7 +204,7 @@ extension Integration {
             try await sttd.pulse.play(try LibriVox.recordings()[3].path)
             let reply = try sttd.sttctl(["stop"]).stdout.trimmingCharacters(in: .newlines)
             #expect(!reply.isEmpty)
-            #expect(await field.waitForText(reply), "field: \(field.text)\nreply: \(reply)")
+            try await field.waitForText(reply)
             _ = server
         }
 

@@ -13,8 +13,9 @@ extension Integration {
         static let pushToTalk = "[ibus]\npush_to_talk = \"KP_Add\"\n"
 
         static func waitForState(_ sttd: SttdFixture, _ state: String) async throws {
-            let reached = try await waitFor(timeout: .seconds(20)) { try await sttd.property("State") == .string(state) }
-            try #require(reached, "State is not \(state): \(sttd.log.suffix(2000))")
+            try await waitFor("State \(state): \(sttd.log.suffix(2000))", timeout: .seconds(20)) {
+                try await sttd.property("State") == .string(state)
+            }
         }
 
         @Test func pushToTalkStopsWhenTheEngineDiesWithTheKeyHeld() async throws {
@@ -57,7 +58,7 @@ extension Integration {
                 environment: ["STTD_API_KEY": script.key])
             defer { desktop.close() }
             try await field.xdotool(["type", "--delay", "20", "Keep this."])
-            #expect(await field.waitForText("Keep this."), "field: \(field.text)")
+            try await field.waitForText("Keep this.", context: "field: \(field.text)")
 
             try await desktop.focusWindowWithoutInputMethod()
             try await InputMethodTests.waitForInputMethod(sttd, "active")
@@ -65,19 +66,18 @@ extension Integration {
             let start = try sttd.sttctl(["start", "--output", "type"])
             #expect(start.status == 0, "\(start)")
             server.permitFinals()
-            #expect(
-                await recorder.wait {
-                    $0.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
-                }, "the first final arrived while no field had the focus")
+            try await recorder.wait("the first final, while no field has the focus") {
+                $0.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
+            }
 
             try await field.focus()
             try await InputMethodTests.waitForInputMethod(sttd, "focused")
             server.permitFinals()
-            #expect(await recorder.wait { $0.contains { $0.member == "TranscriptRetracted" } })
+            try await recorder.wait("TranscriptRetracted") { $0.contains { $0.member == "TranscriptRetracted" } }
             #expect(try await sttd.property("Transcript") == .string(""))
             // The next final lands after the deletion would have: the field shows what happened.
             server.permitFinals()
-            #expect(await field.waitForText("Keep this.Done."), "field: \(field.text.debugDescription)\n\(desktop.log)")
+            try await field.waitForText("Keep this.Done.", context: "field: \(field.text.debugDescription)\n\(desktop.log)")
             _ = try sttd.sttctl(["stop"])
             let history = try sttd.sttctl(["history", "--json"]).stdout
             #expect(!history.contains("Lost words"), "\(history)")
@@ -122,7 +122,7 @@ extension Integration {
             try await sttd.pulse.play(try LibriVox.recordings()[3].path)
             let reply = try sttd.sttctl(["stop"]).stdout.trimmingCharacters(in: .newlines)
             #expect(!reply.isEmpty)
-            #expect(await field.waitForText(reply), "field: \(field.text)\nreply: \(reply)")
+            try await field.waitForText(reply, context: "field: \(field.text)\nreply: \(reply)")
         }
     }
 }

@@ -60,7 +60,7 @@ extension Integration {
             try await sttd.call("StartTranscribing", [.vardict([])])
             let playing = try sttd.pulse.startPlaying(try Self.clip(in: sttd))
             // Speech recognized: the session is decoding when the client comes.
-            #expect(await recorder.wait { $0.contains { $0.member == "TranscriptChanged" } })
+            try await recorder.wait("recognized speech") { $0.contains { $0.member == "TranscriptChanged" } }
 
             let refusal = await #expect(throws: HandshakeRefusal.self) {
                 let connection = try await Self.connect(address, logs: logs)
@@ -71,7 +71,7 @@ extension Integration {
             #expect(refusal?.header("dg-error")?.contains("dictation is using it") == true, "\(refusal?.body ?? "")")
             #expect(try await sttd.property("State") == .string("listening"))
 
-            _ = await playing.exit(timeout: .seconds(30))
+            #expect(await playing.exit(timeout: .seconds(30)) == 0, "paplay played the clip")
             let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!transcript.isEmpty)
             #expect(try await sttd.property("State") == .string("idle"))
@@ -159,9 +159,10 @@ extension Integration {
                 try await sttd.pulse.play(try Self.clip(in: sttd, 1))
                 let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
                 #expect(!transcript.isEmpty, "dictation with 300 idle sockets opened")
-                #expect(
-                    await waitFor(timeout: .seconds(30)) { openDescriptors(of: pid) <= before + 2 },
-                    "sttd still holds \(openDescriptors(of: pid) - before) more descriptors than before")
+                try await waitFor(
+                    "sttd to let go of the descriptors: it holds \(openDescriptors(of: pid) - before) more than before",
+                    timeout: .seconds(30)
+                ) { openDescriptors(of: pid) <= before + 2 }
             }
             let closedByServer = await batches.asyncMap { await $0.waitUntilClosed(timeout: .zero) }.reduce(0, +)
             print(

@@ -91,8 +91,8 @@ extension Integration {
             let playing = try sttd.pulse.startPlaying(file)
             let summary = try await DeepgramSDKClient.streaming(
                 url: address, wav: recordings[3].path, options: ["--trail-silence", "1.5"])
-            _ = await playing.exit(timeout: .seconds(30))
-            await recorder.wait(timeout: .seconds(15)) { signals in
+            #expect(await playing.exit(timeout: .seconds(30)) == 0, "paplay played the clip")
+            try await recorder.wait("SpeechActivity false after the clip", timeout: .seconds(15)) { signals in
                 signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
             }
             let viaDBus = try await sttd.call("StopTranscribing").first?.string ?? ""
@@ -144,9 +144,9 @@ extension Integration {
                 reference: recordings[0].reference, hypothesis: MoonshineDictationTests.words(first))
             print("through a second sttd: \"\(first)\" (WER \(firstWER)%)")
             #expect(firstWER <= 15, "\(first)")
-            #expect(
-                await waitFor { server.log.contains("type=Finalize") && server.log.contains("reason=CloseStream") },
-                "the server got Finalize, then CloseStream: \(server.log.suffix(3000))")
+            try await waitFor("Finalize, then CloseStream at the server: \(server.log.suffix(3000))") {
+                server.log.contains("type=Finalize") && server.log.contains("reason=CloseStream")
+            }
 
             // The serving sttd dies mid-utterance and comes back: the client reconnects and
             // replays what was not answered. (A graceful restart would flush the cut utterance
@@ -156,8 +156,8 @@ extension Integration {
             let playing = try client.pulse.startPlaying(recordings[3].path)
             try await Task.sleep(for: .milliseconds(2_500))
             try await server.restartService(signal: SIGKILL)
-            _ = await playing.exit(timeout: .seconds(30))
-            await recorder.wait(timeout: .seconds(20)) { signals in
+            #expect(await playing.exit(timeout: .seconds(30)) == 0, "paplay played the recording")
+            try await recorder.wait("SpeechActivity false after the recording", timeout: .seconds(20)) { signals in
                 signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
             }
             let second = try await client.call("StopTranscribing").first?.string ?? ""

@@ -77,10 +77,9 @@ extension Integration {
             try await sttd.call("StartTranscribing", [.vardict([])])
             let recordings = try LibriVox.recordings()
             let player = try sttd.pulse.startPlaying(recordings[0].path)
-            let speaking = await recorder.wait(timeout: .seconds(20)) { signals in
+            try await recorder.wait("speech to begin", timeout: .seconds(20)) { signals in
                 signals.contains { $0.member == "SpeechActivity" && $0.arguments == [.boolean(true)] }
             }
-            #expect(speaking, "speech began")
             let worker = try #require(workers().first, "the engine worker runs")
             // Issue 26, defect 7: the worker's environment holds no secret.
             let environ = try Data(contentsOf: URL(fileURLWithPath: "/proc/\(worker)/environ"))
@@ -89,22 +88,22 @@ extension Integration {
             #expect(!variables.contains { $0.hasPrefix("STTD_API_KEY=") || $0.hasPrefix("CREDENTIALS_DIRECTORY=") })
             kill(worker, SIGSTOP)
             defer { kill(worker, SIGKILL) }
-            _ = await player.exit(timeout: .seconds(30))
+            #expect(await player.exit(timeout: .seconds(30)) == 0, "paplay played the recording")
             let reply = try await sttd.call("StopTranscribing").first?.string
             #expect(reply != nil)
             #expect(try await sttd.property("State") == .string("idle"))
-            let replaced = await waitFor(timeout: .seconds(10)) { !workers().contains(worker) }
-            #expect(replaced, "the stopped worker was killed: \(workers())")
+            try await waitFor("the stopped worker to be killed: \(workers())", timeout: .seconds(10)) {
+                !workers().contains(worker)
+            }
 
             try await sttd.call("StartTranscribing", [.vardict([])])
             let before = recorder.signals.count
             try await sttd.pulse.play(recordings[1].path)
-            let finished = await recorder.wait(timeout: .seconds(30)) { signals in
+            try await recorder.wait("a final from the new worker", timeout: .seconds(30)) { signals in
                 signals.dropFirst(before).contains {
                     $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true)
                 }
             }
-            #expect(finished, "a final from the new worker")
             let next = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(!next.isEmpty, "the next session works: \(sttd.log.suffix(2000))")
             #expect(workers().count == 1 && !workers().contains(worker))

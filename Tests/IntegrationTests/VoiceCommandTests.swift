@@ -61,19 +61,17 @@ extension Integration {
             defer { watch.stop() }
             func watched() -> String { (try? String(contentsOfFile: "\(directory)/watch", encoding: .utf8)) ?? "" }
             // watch listens once a reset (an empty final) reaches it.
-            #expect(
-                await waitFor(timeout: .seconds(20)) {
-                    _ = try? await sttd.call("ResetTranscript")
-                    return !watched().isEmpty
-                })
+            try await waitFor("sttctl watch to print a reset", timeout: .seconds(20)) {
+                _ = try? await sttd.call("ResetTranscript")
+                return !watched().isEmpty
+            }
             try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
             try await Self.dictateUntilStopped(sttd)
 
-            let stopped = await waitFor(timeout: .seconds(20)) {
+            try await waitFor("\"stop listening\" to end the session", timeout: .seconds(20)) {
                 (try? await sttd.property("State")) == .string("idle")
             }
-            #expect(stopped, "\"stop listening\" ended the session")
-            #expect(await window.waitForText(Self.windowText), "window: \(window.text.debugDescription)")
+            try await window.waitForText(Self.windowText)
             #expect(try await sttd.property("Transcript") == .string(Self.transcript))
             let retracted = recorder.signals(named: "TranscriptRetracted")
             #expect(
@@ -98,10 +96,9 @@ extension Integration {
             let sttd = try await DesktopDictationTests.sttd(on: window, config: config, environment: environment)
             try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("clipboard"))))
             try await Self.dictateUntilStopped(sttd)
-            let stopped = await waitFor(timeout: .seconds(20)) {
+            try await waitFor("\"stop listening\" to end the session", timeout: .seconds(20)) {
                 (try? await sttd.property("State")) == .string("idle")
             }
-            #expect(stopped, "\"stop listening\" ended the session")
             #expect(try DesktopClipboard.clipboard(kind) == Self.transcript)
             #expect(window.text.isEmpty, "clipboard output types nothing, and presses no key")
             _ = server
@@ -124,7 +121,7 @@ extension Integration {
             try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
             try await Self.dictateUntilStopped(sttd)
             let expected = "we are going to win, said John. see you ASAP"
-            #expect(await window.waitForText(expected), "window: \(window.text.debugDescription)")
+            try await window.waitForText(expected)
             #expect(try await sttd.property("Transcript") == .string(expected))
             let keyterms = server.connections.first?.query.filter { $0.0 == "keyterm" }.map(\.1)
             #expect(keyterms == ["PipeWire", "sttd"], "the vocabulary reaches the server as keyterms")
@@ -146,7 +143,7 @@ extension Integration {
             try await Self.dictateUntilStopped(sttd)
             let expected = "Please read it before you submit."
             #expect(try await sttd.property("Transcript") == .string(expected))
-            #expect(await window.waitForText(expected), "window: \(window.text.debugDescription)")
+            try await window.waitForText(expected, context: "window: \(window.text.debugDescription)")
             _ = server
         }
 
@@ -160,7 +157,7 @@ extension Integration {
             try await sttd.pulse.play(try LibriVox.recordings()[0].path)
             let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
             #expect(reply == "Hello, new line. scratch that")
-            #expect(await window.waitForText(reply), "window: \(window.text.debugDescription)")
+            try await window.waitForText(reply)
             _ = server
         }
     }

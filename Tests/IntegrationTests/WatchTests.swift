@@ -35,11 +35,10 @@ struct WatchTests {
             ((try? String(contentsOfFile: output, encoding: .utf8)) ?? "").split(separator: "\n").map(String.init)
         }
         // Listening once a reset of sttd's (an empty final) reaches it.
-        #expect(
-            await waitFor(timeout: .seconds(20)) {
-                _ = try? await fixture.call("ResetTranscript")
-                return !lines().isEmpty
-            })
+        try await waitFor("sttctl watch to print a reset", timeout: .seconds(20)) {
+            _ = try? await fixture.call("ResetTranscript")
+            return !lines().isEmpty
+        }
         let name = try #require(try await Self.uniqueName(of: watch.pid, on: fixture))
 
         // Another peer sends watch a TranscriptChanged of its own, to it alone; then sttd sends one.
@@ -53,18 +52,17 @@ struct WatchTests {
         #expect(forged.status == 0, "\(forged.stderr)")
         let before = lines().count
         try await fixture.call("ResetTranscript")
-        #expect(await waitFor(timeout: .seconds(20)) { lines().count > before })
+        try await waitFor("sttctl watch to print sttd's reset", timeout: .seconds(20)) { lines().count > before }
         #expect(!lines().joined().contains("injected"), "\(lines())")
         #expect(lines().allSatisfy { $0 == #"{"transcript":"","segment":"","is_final":true}"# }, "\(lines())")
 
         // sttd restarts under a new unique name: watch follows it.
         try await fixture.restartService()
         let count = lines().count
-        #expect(
-            await waitFor(timeout: .seconds(20)) {
-                _ = try? await fixture.call("ResetTranscript")
-                return lines().count > count
-            })
+        try await waitFor("sttctl watch to follow the restarted sttd", timeout: .seconds(20)) {
+            _ = try? await fixture.call("ResetTranscript")
+            return lines().count > count
+        }
         #expect(watch.isRunning)
     }
 }

@@ -45,7 +45,7 @@ struct ListenServerLimitTests {
             #expect(await silent.waitUntilClosed() == 3)
             #expect(await partial.waitUntilClosed() == 2)
             #expect(await withBody.waitUntilClosed() == 2)
-            #expect(await waitFor { server.openConnections == 0 })
+            try await waitFor { server.openConnections == 0 }
 
             try await expectAStreamIsServed(by: server)
         }
@@ -58,7 +58,7 @@ struct ListenServerLimitTests {
             host: "127.0.0.1", port: 0, maxConnections: 3, handshakeTimeout: .seconds(120))
         try await withServer(settings, recognizer: FakeRecognizer()) { server in
             let holders = try IdleSockets(port: server.port, count: 3)
-            #expect(await waitFor { server.openConnections == 3 })
+            try await waitFor { server.openConnections == 3 }
             let extra = try IdleSockets(port: server.port, count: 5)
             #expect(await extra.waitUntilClosed() == 5)
             await #expect(throws: (any Error).self) { _ = try await ListenClient.connect(server) }
@@ -66,7 +66,7 @@ struct ListenServerLimitTests {
             #expect(await holders.waitUntilClosed(timeout: .milliseconds(200)) == 0, "the first three stay open")
 
             holders.closeAll()
-            #expect(await waitFor { server.openConnections == 0 })
+            try await waitFor { server.openConnections == 0 }
             try await expectAStreamIsServed(by: server)
         }
     }
@@ -84,7 +84,7 @@ struct ListenServerLimitTests {
             #expect(refusal?.header("Retry-After") == "5")
             #expect(refusal?.header("dg-error")?.contains("dictation is using it") == true)
             #expect(refusal?.body.contains("dictation is using it") == true)
-            #expect(await waitFor { server.openConnections == 0 && server.openStreams == 0 })
+            try await waitFor { server.openConnections == 0 && server.openStreams == 0 }
         }
         let broken = RefusingRecognizer(RecognitionError(.backendUnavailable, "The offline model is not loaded."))
         try await withServer(recognizer: broken) { server in

@@ -90,7 +90,7 @@ struct ListenServerProtocolTests {
             #expect(refusal?.body.contains("TOO_MANY_REQUESTS") == true)
             first.connection.send(text: #"{"type":"CloseStream"}"#)
             #expect(await first.connection.end == .closed(code: 1000, reason: ""))
-            #expect(await waitFor { server.openStreams == 1 })
+            try await waitFor { server.openStreams == 1 }
             let third = try await ListenClient.connect(server)
             second.connection.abort()
             third.connection.abort()
@@ -101,15 +101,14 @@ struct ListenServerProtocolTests {
         try await withServer(recognizer: FakeRecognizer()) { server in
             let client = try await ListenClient.connect(server)
             client.sendAudio(seconds: 1.2)
-            #expect(
-                await client.waitForMessage { $0["type"] as? String == "Results" && $0["is_final"] as? Bool == false })
+            try await client.waitForMessage { $0["type"] as? String == "Results" && $0["is_final"] as? Bool == false }
             client.connection.send(text: #"{"type":"Finalize"}"#)
-            #expect(await client.waitForMessage { $0["from_finalize"] as? Bool == true })
+            try await client.waitForMessage { $0["from_finalize"] as? Bool == true }
             // Nothing pending: still exactly one, empty.
             client.connection.send(text: #"{"type":"Finalize"}"#)
-            #expect(
-                await client.messages.wait { texts in texts.filter { $0.contains(#""from_finalize":true"#) }.count == 2
-                })
+            try await client.messages.wait { texts in
+                texts.filter { $0.contains(#""from_finalize":true"#) }.count == 2
+            }
             try await Task.sleep(for: .milliseconds(300))
             let fromFinalize = client.finals().filter { $0["from_finalize"] as? Bool == true }
             #expect(fromFinalize.count == 2)
@@ -125,7 +124,7 @@ struct ListenServerProtocolTests {
                 server,
                 query: "sample_rate=16000&interim_results=true&vad_events=true&utterance_end_ms=1000&model=nova-3")
             client.sendAudio(seconds: 2.0)
-            #expect(await client.waitForMessage { $0["type"] as? String == "UtteranceEnd" })
+            try await client.waitForMessage { $0["type"] as? String == "UtteranceEnd" }
             let types = client.objects.compactMap { $0["type"] as? String }
             #expect(types.first == "SpeechStarted")
             let final = try #require(client.finals().first)
@@ -154,7 +153,7 @@ struct ListenServerProtocolTests {
             // Without interim_results (Deepgram's default) only finals come.
             let quiet = try await ListenClient.connect(server, query: "sample_rate=16000")
             quiet.sendAudio(seconds: 2.0)
-            #expect(await quiet.waitForMessage { $0["is_final"] as? Bool == true })
+            try await quiet.waitForMessage { $0["is_final"] as? Bool == true }
             #expect(quiet.results().allSatisfy { $0["is_final"] as? Bool == true })
             #expect(!quiet.objects.contains { $0["type"] as? String == "SpeechStarted" })
             quiet.connection.abort()
@@ -177,7 +176,7 @@ struct ListenServerProtocolTests {
                 metadata["request_id"] as? String == (client.finals().first?["metadata"] as? [String: Any])?[
                     "request_id"] as? String)
             #expect(client.finals().compactMap(transcript) == ["w1 w2 w3 w4", "w5 w6"])
-            #expect(await recognizer.stats.wait { $0.finished == 1 && $0.running == 0 })
+            try await recognizer.stats.wait { $0.finished == 1 && $0.running == 0 }
         }
     }
 
@@ -199,7 +198,7 @@ struct ListenServerProtocolTests {
             #expect(code == 1011)
             #expect(reason.hasPrefix("NET-0001"), "\(reason)")
             #expect(ContinuousClock.now - started >= .milliseconds(2_500))
-            #expect(await waitFor { server.openStreams == 0 })
+            try await waitFor { server.openStreams == 0 }
         }
     }
 
@@ -216,8 +215,7 @@ struct ListenServerProtocolTests {
             client.connection.send(text: "this is not json")
             client.connection.send(text: #"{"type":"Shout","volume":11}"#)
             client.connection.send(text: #"["an","array"]"#)
-            #expect(
-                await client.messages.wait { $0.filter { $0.contains(#""variant":"SchemaError""#) }.count == 3 })
+            try await client.messages.wait { $0.filter { $0.contains(#""variant":"SchemaError""#) }.count == 3 }
             let errors = client.objects.filter { $0["type"] as? String == "Error" }
             #expect(errors.first?["message"] as? String == "this is not json")
             #expect((errors[1]["description"] as? String)?.contains("Shout") == true)
@@ -237,17 +235,17 @@ struct ListenServerProtocolTests {
         try await withServer(settings, recognizer: recognizer) { server in
             let client = try await ListenClient.connect(server)
             client.sendAudio(seconds: 1.0)
-            #expect(await client.waitForMessage { $0["type"] as? String == "Results" })
+            try await client.waitForMessage { $0["type"] as? String == "Results" }
             client.connection.abort()
-            #expect(await recognizer.stats.wait { $0.cancelled == 1 && $0.running == 0 })
-            #expect(await waitFor { server.openStreams == 0 })
+            try await recognizer.stats.wait { $0.cancelled == 1 && $0.running == 0 }
+            try await waitFor { server.openStreams == 0 }
             // A client that closes without CloseStream: the same.
             let next = try await ListenClient.connect(server)
             next.sendAudio(seconds: 0.5)
             next.connection.close(code: 1000)
             #expect(await next.connection.end == .closed(code: 1000, reason: ""))
-            #expect(await recognizer.stats.wait { $0.cancelled == 2 && $0.running == 0 })
-            #expect(await waitFor { server.openStreams == 0 })
+            try await recognizer.stats.wait { $0.cancelled == 2 && $0.running == 0 }
+            try await waitFor { server.openStreams == 0 }
             let last = try await ListenClient.connect(server)
             last.connection.abort()
         }
@@ -289,7 +287,7 @@ struct ListenServerProtocolTests {
             let client = try await ListenClient.connect(server)
             client.sendAudio(seconds: 1.5)
             // All of it received (audio still in the socket at shutdown is not the server's yet).
-            #expect(await recognizer.stats.wait { $0.samples == [24_000] })
+            try await recognizer.stats.wait { $0.samples == [24_000] }
             await group.shutDown()
             #expect(await client.connection.end == .closed(code: 1001, reason: ""))
             #expect(client.finals().compactMap(transcript) == ["w1 w2 w3"])

@@ -207,11 +207,13 @@ final class ListenClient: Sendable {
         }
     }
 
-    /// Waits until a received message satisfies `condition`.
-    func waitForMessage(timeout: Duration = .seconds(10), _ condition: @escaping @Sendable ([String: Any]) -> Bool)
-        async -> Bool
-    {
-        await messages.wait(timeout: timeout) { texts in
+    /// Waits until a received message satisfies `condition`; throws ``WaitTimedOut`` (with the
+    /// messages received) if none does within `timeout`.
+    func waitForMessage(
+        timeout: Duration = .seconds(10), fileID: String = #fileID, line: Int = #line,
+        _ condition: @escaping @Sendable ([String: Any]) -> Bool
+    ) async throws {
+        try await messages.wait("a matching message", timeout: timeout, fileID: fileID, line: line) { texts in
             texts.contains { text in
                 ((try? JSONSerialization.jsonObject(with: Data(text.utf8))) as? [String: Any]).map(condition) ?? false
             }

@@ -64,7 +64,7 @@ struct RealWindowTests {
         #expect(answers.withLock { $0 } == [OutputError?](repeating: nil, count: parts.count - 1))
         // A line break is Enter; a tab is a space (never a key that moves the focus).
         let expected = "Hello world. café Straße ✓ naïve 😀 it's 100% (ok) <yes> line\nbreak tab\nend."
-        #expect(await window.waitForText(expected), "received \(window.text.debugDescription)")
+        try await window.waitForText(expected)
     }
 
     @Test(arguments: typingTargets)
@@ -78,7 +78,7 @@ struct RealWindowTests {
             #expect(await typed(output, text) == nil)
             expected += text
         }
-        #expect(await window.waitForText(expected), "received \(window.text.debugDescription)")
+        try await window.waitForText(expected)
     }
 
     @Test(arguments: DesktopKind.allCases)
@@ -104,11 +104,11 @@ struct RealWindowTests {
         let output = DesktopOutput(environment: window.environment, typingTool: nil, logger: logger)
         try output.checkClipboard(paste: true)
         #expect(await copied(output, "pasted text ✓ Straße", paste: true) == nil)
-        #expect(await window.waitForText("pasted text ✓ Straße"), "received \(window.text.debugDescription)")
+        try await window.waitForText("pasted text ✓ Straße")
         #expect(try DesktopClipboard.clipboard(kind) == "what the user copied")
         // Typing after a paste comes after it.
         #expect(await typed(output, " then typed") == nil)
-        #expect(await window.waitForText("pasted text ✓ Straße then typed"), "received \(window.text.debugDescription)")
+        try await window.waitForText("pasted text ✓ Straße then typed")
         #expect(try DesktopClipboard.clipboard(kind) == "what the user copied")
     }
 
@@ -120,14 +120,13 @@ struct RealWindowTests {
         let before = try x11Keymap()
         let output = DesktopOutput(environment: window.environment, typingTool: .xdotool, logger: logger)
         #expect(await typed(output, "naïve “quoted” 日本 É") == nil)
-        #expect(await window.waitForText("naïve “quoted” 日本 É"), "received \(window.text.debugDescription)")
+        try await window.waitForText("naïve “quoted” 日本 É")
         #expect(try DesktopClipboard.clipboard(.x11) == "keep me")
         #expect(try DesktopClipboard.primary(.x11) == "and me")
         // The characters stay bound for a while after the last key, then the keycodes are empty again.
-        let restored = try await waitFor(timeout: .seconds(20)) {
+        try await waitFor("the keymap to be restored", timeout: .seconds(20)) {
             keymapRestored(before, try x11Keymap(), text: "“”日本")
         }
-        #expect(restored, "the keymap was not restored")
     }
 
     @Test func x11TypesMoreNewCharactersThanTheKeymapHasSpareKeys() async throws {
@@ -139,9 +138,10 @@ struct RealWindowTests {
         let text = String(String.UnicodeScalarView((0..<(spare + 8)).map { Unicode.Scalar(0x4E00 + $0 * 7)! }))
         let output = DesktopOutput(environment: window.environment, typingTool: .xdotool, logger: logger)
         #expect(await typed(output, "a \(text) b") == nil)
-        #expect(await window.waitForText("a \(text) b"), "received \(window.text.debugDescription)")
-        let restored = try await waitFor(timeout: .seconds(20)) { keymapRestored(before, try x11Keymap(), text: text) }
-        #expect(restored, "the keymap was not restored")
+        try await window.waitForText("a \(text) b")
+        try await waitFor("the keymap to be restored", timeout: .seconds(20)) {
+            keymapRestored(before, try x11Keymap(), text: text)
+        }
     }
 
     @Test func deadDisplayIsReportedAsAFailure() async throws {

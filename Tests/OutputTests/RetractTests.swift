@@ -18,13 +18,13 @@ struct RetractTests {
         let output = DesktopOutput(environment: window.environment, typingTool: nil, logger: logger)
         #expect(await typed(output, "Hello") == nil)
         #expect(await typed(output, " there") == nil)
-        #expect(await window.waitForText("Hello there"))
+        try await window.waitForText("Hello there")
         #expect(try await retracted(output, " there").get(), "typed here, and the window still has the focus")
-        #expect(await window.waitForText("Hello"), "the BackSpaces arrived: \(window.text.debugDescription)")
+        try await window.waitForText("Hello", context: "the BackSpaces arrived: \(window.text.debugDescription)")
 
         #expect(try await retracted(output, " never typed").get() == false)
         #expect(await typed(output, " again") == nil)
-        #expect(await window.waitForText("Hello again"))
+        try await window.waitForText("Hello again")
         // The focus moves to another window: what was typed is no longer before its cursor.
         let other = try await Self.focusAnotherWindow(window.environment)
         defer { other.stop() }

@@ -60,13 +60,14 @@ struct TypingExactness {
             let before = expected
             expected += Array(final.utf8)
             #expect(await typed(output, final) == nil)
-            _ = await waitFor(timeout: .seconds(3)) { window.bytes.count >= expected.count }
+            // A final that does not arrive in time counts as missed (and fails the count below).
+            let arrived = await happens(within: .seconds(3)) { window.bytes.count >= expected.count }
             let received = window.bytes
             if received == expected {
                 exact += 1
             } else {
                 print(
-                    "MISSED \(final.debugDescription): \(String(decoding: received.dropFirst(before.count), as: UTF8.self).debugDescription)"
+                    "MISSED\(arrived ? "" : " (timed out)") \(final.debugDescription): \(String(decoding: received.dropFirst(before.count), as: UTF8.self).debugDescription)"
                 )
             }
             expected = received

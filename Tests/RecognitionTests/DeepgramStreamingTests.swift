@@ -217,10 +217,10 @@ struct DeepgramStreamingTests {
             .startStream(SessionOptions(), events: EventCollector())
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await session.run() }
-            let keptAlive = await server.wait {
+            // A KeepAlive goes out whenever nothing else did for the interval.
+            try await server.wait("two KeepAlives") {
                 ($0.first?.controls.filter { $0.type == "KeepAlive" }.count ?? 0) >= 2
             }
-            #expect(keptAlive, "a KeepAlive goes out whenever nothing else did for the interval")
             session.finish()
             try await group.waitForAll()
         }
@@ -337,13 +337,13 @@ struct DeepgramStreamingTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await session.run() }
             session.send(AudioChunk(samples: Array(recording.prefix(8_000))))
-            #expect(await server.wait { ($0.first?.audioBytes ?? 0) >= 16_000 })
+            try await server.wait { ($0.first?.audioBytes ?? 0) >= 16_000 }
             session.cancel()
             try await group.waitForAll()
         }
-        #expect(
-            await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } },
-            "the socket closes on cancel, not when the server times out")
+        try await server.wait("the socket to close on cancel, not when the server times out", timeout: .seconds(3)) {
+            $0.allSatisfy { !$0.open }
+        }
     }
 
     @Test func cancellingTheRunningTaskEndsTheSessionPromptly() async throws {
@@ -358,13 +358,13 @@ struct DeepgramStreamingTests {
                 for start in stride(from: 0, to: 32_000, by: 1_600) {
                     session.send(AudioChunk(samples: Array(recording[start..<start + 1_600])))
                 }
-                #expect(await server.wait { ($0.first?.audioBytes ?? 0) >= 22_400 })
+                try await server.wait { ($0.first?.audioBytes ?? 0) >= 22_400 }
                 group.cancelAll()
                 try await group.waitForAll()
             }
         }
         #expect(took < .seconds(8), "\(took)")
-        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+        try await server.wait("every socket closed", timeout: .seconds(3)) { $0.allSatisfy { !$0.open } }
         let before = collector.events.value.count
         session.send(AudioChunk(samples: Array(recording.prefix(1_600))))
         #expect(collector.events.value.count == before, "nothing is delivered after run() returned")
@@ -388,7 +388,7 @@ struct DeepgramStreamingTests {
             took < .seconds(9),
             "the status decides (the body is read for 2 s at most), not the 10 s connect timeout: \(took)")
         #expect(server.connections.count == 1, "401 is not retried")
-        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+        try await server.wait("every socket closed", timeout: .seconds(3)) { $0.allSatisfy { !$0.open } }
     }
 
     @Test func serverThatNeverAnswersFailsWithinTheConnectTimeout() async throws {
@@ -409,7 +409,7 @@ struct DeepgramStreamingTests {
         let authorizing = await elapsed { status = await recognizer.authorize().0 }
         #expect(status == .notDetermined)
         #expect(authorizing < .seconds(8), "\(authorizing)")
-        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+        try await server.wait("every socket closed", timeout: .seconds(3)) { $0.allSatisfy { !$0.open } }
     }
 
     @Test func proxyThatNeverAnswersFailsWithinTheConnectTimeout() async throws {
@@ -467,14 +467,14 @@ struct DeepgramStreamingTests {
                         return error
                     }
                 }
-                #expect(await server.wait { $0.count == 1 })
+                #expect(await server.happens(within: .seconds(10)) { $0.count == 1 })
                 group.cancelAll()
                 return await group.next() ?? nil
             }
         }
         #expect((outcome as? RecognitionError)?.message.contains("cancelled") == true, "\(String(describing: outcome))")
         #expect(took < .seconds(8), "\(took)")
-        #expect(await server.wait(timeout: .seconds(3)) { $0.allSatisfy { !$0.open } })
+        try await server.wait("every socket closed", timeout: .seconds(3)) { $0.allSatisfy { !$0.open } }
     }
 
     @Test func connectionDownLongerThanTheReplayBufferFailsTheSession() async throws {
@@ -493,7 +493,7 @@ struct DeepgramStreamingTests {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await session.run() }
                 session.send(AudioChunk(samples: Array(recording.prefix(1_600))))
-                #expect(await collector.events.wait { $0.contains(.reconnecting(true)) })
+                #expect(await collector.events.happens(within: .seconds(10)) { $0.contains(.reconnecting(true)) })
                 // 1.5 s captured while no connection is open: more than the 1 s buffer.
                 for start in stride(from: 1_600, to: 25_600, by: 1_600) {
                     session.send(AudioChunk(samples: Array(recording[start..<start + 1_600])))
@@ -519,7 +519,7 @@ struct DeepgramStreamingTests {
             tls: nil, logger: logs.logger(), onMessage: { _ in })
         for batch in 1...20 {
             for _ in 0..<50 { healthy.send(binary: frame) }
-            #expect(await reading.wait { $0.first?.audioBytes == batch * 160_000 })
+            try await reading.wait("batch \(batch) read") { $0.first?.audioBytes == batch * 160_000 }
         }
         healthy.close()
         // A server that stopped reading: once the kernel's buffers are full, writes queue up to the bound.
@@ -535,7 +535,7 @@ struct DeepgramStreamingTests {
             // 50 frames (160 kB, half the bound) at a time, until the connection gives up (at most 64 MB).
             for _ in 0..<400 where ended.value == nil {
                 for _ in 0..<50 { connection.send(binary: frame) }
-                _ = await ended.wait(timeout: .milliseconds(10)) { $0 != nil }
+                if await ended.happens(within: .milliseconds(10), { $0 != nil }) { break }
             }
             connection.abort()
             try await group.waitForAll()

@@ -111,7 +111,7 @@ struct SherpaOnnxTests {
         async let failure = runToEnd(session)
         // At the pace of speech (a decoder that is behind skips interims).
         try await sendAtPace(samples, to: session)
-        let sawFinals = await waitFor(timeout: .seconds(120)) { recorder.results.filter(\.isFinal).count >= 5 }
+        let sawFinals = await happens(within: .seconds(120)) { recorder.results.filter(\.isFinal).count >= 5 }
         let finalsBeforeStop = recorder.results.filter(\.isFinal)
         session.finish()
         if let failure = await failure { throw failure }
@@ -168,7 +168,7 @@ struct SherpaOnnxTests {
         async let failure = runToEnd(session)
         send(first + second, to: session)
         // The first sentence's final, then an interim of the second, still being spoken.
-        let interimAfterFinal = await waitFor(timeout: .seconds(120)) {
+        let interimAfterFinal = await happens(within: .seconds(120)) {
             let results = recorder.results
             guard let final = results.firstIndex(where: \.isFinal) else { return false }
             return results[(final + 1)...].contains { !$0.isFinal }
@@ -257,10 +257,10 @@ struct SherpaOnnxTests {
         #expect(first.results.contains { $0.isFinal })
         let ours = Set(engineWorkers()).subtracting(earlier)
         #expect(ours.count == (inWorker ? 1 : 0))
-        #expect(await waitFor(timeout: .seconds(30)) { !recognizer.isModelLoaded }, "unloaded after idle")
-        #expect(
-            await waitFor(timeout: .seconds(10)) { ours.isDisjoint(with: engineWorkers()) },
-            "the worker ended with the unload")
+        try await waitFor("the model unloaded after idle", timeout: .seconds(30)) { !recognizer.isModelLoaded }
+        try await waitFor("the worker to end with the unload", timeout: .seconds(10)) {
+            ours.isDisjoint(with: engineWorkers())
+        }
         let second = try await dictate(samples, with: recognizer)
         #expect(recognizer.loadCount == 2)
         #expect(second.results.filter(\.isFinal).map(\.text) == first.results.filter(\.isFinal).map(\.text))
@@ -375,7 +375,7 @@ struct SherpaOnnxTests {
         let session = try await recognizer.startStream(SessionOptions(interimResults: false), events: recorder)
         async let failure = runToEnd(session)
         send(try wavSamples(recordings[1].path) + silence(1), to: session)
-        #expect(await waitFor(timeout: .seconds(60)) { recorder.results.contains(where: \.isFinal) })
+        #expect(await happens(within: .seconds(60)) { recorder.results.contains(where: \.isFinal) })
         let workers = engineWorkers().filter { !earlier.contains($0) }
         try #require(workers.count == 1)
         kill(workers[0], SIGKILL)
@@ -402,9 +402,9 @@ struct SherpaOnnxTests {
         async let failure = runToEnd(session)
         send(words, to: session)
         session.finalize()
-        #expect(await waitFor(timeout: .seconds(60)) { recorder.results.contains(where: \.fromFinalize) })
+        #expect(await happens(within: .seconds(60)) { recorder.results.contains(where: \.fromFinalize) })
         session.finalize()
-        #expect(await waitFor(timeout: .seconds(60)) { recorder.results.filter(\.fromFinalize).count == 2 })
+        #expect(await happens(within: .seconds(60)) { recorder.results.filter(\.fromFinalize).count == 2 })
         send(try wavSamples(try LibriVox.recordings()[1].path) + silence(1), to: session)
         session.finish()
         if let failure = await failure { throw failure }

@@ -20,13 +20,12 @@ struct CallerStateTests {
             // Each caller was identified (or found gone) and has left: nothing about it is kept.
             let consent = sttd.application.consent
             let object = sttd.application.adapter.object
-            let empty = await waitFor(timeout: .seconds(60)) {
+            try await waitFor(
+                "nothing kept about the callers; kept: \(consent.identities.count) identities, \(consent.identities.readingCount) reads, \(object.sendersWaiting) waiting callers",
+                timeout: .seconds(60)
+            ) {
                 consent.identities.count == 0 && consent.identities.readingCount == 0 && object.sendersWaiting == 0
             }
-            #expect(
-                empty,
-                "kept: \(consent.identities.count) identities, \(consent.identities.readingCount) reads, \(object.sendersWaiting) waiting callers"
-            )
             await sttd.application.shutDown()
             try await group.waitForAll()
         }
@@ -63,7 +62,9 @@ struct CallerStateTests {
             let leavingName = leaving.uniqueName
             #expect(identities.identity(of: leavingName) == .host)
             leaving.close()
-            #expect(await waitFor(timeout: .seconds(20)) { identities.identity(of: leavingName) == nil })
+            try await waitFor("sttd to forget the caller that left", timeout: .seconds(20)) {
+                identities.identity(of: leavingName) == nil
+            }
             #expect(identities.identity(of: client) == .host, "sttd believed a peer that said the client had left")
             await sttd.application.shutDown()
             try await group.waitForAll()

@@ -15,10 +15,10 @@ struct NotificationTests {
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await sttd.application.run() }
             try await sttd.call(.startTranscribing, [.vardict([])])
-            #expect(await waitFor { server.notifications.count == 1 })
+            try await waitFor { server.notifications.count == 1 }
             try await sttd.pulse.play(recording.path)
             let text = try await sttd.call(.stopTranscribing).first?.string ?? ""
-            #expect(await waitFor { server.notifications.count == 2 })
+            try await waitFor { server.notifications.count == 2 }
             let (shown, stopped) = (server.notifications[0], server.notifications[1])
             #expect(shown.summary == "Dictation on")
             #expect(shown.appName == "sttd")
@@ -44,7 +44,7 @@ struct NotificationTests {
             await #expect(throws: DBusError.self) {
                 try await sttd.call(.startTranscribing, [.vardict([("source", .string("no.such.source"))])])
             }
-            #expect(await waitFor { server.notifications.count == 1 })
+            try await waitFor { server.notifications.count == 1 }
             #expect(server.notifications.first?.summary == "Dictation could not start")
             #expect(server.notifications.first?.body.contains("no.such.source") == true)
             #expect(server.notifications.first?.urgency == 2)
@@ -52,7 +52,7 @@ struct NotificationTests {
             // The sound server goes away while listening: the session fails.
             try await sttd.call(.startTranscribing, [.vardict([])])
             sttd.pulse.stop()
-            #expect(await waitFor { server.notifications.contains { $0.summary == "Dictation failed" } })
+            try await waitFor { server.notifications.contains { $0.summary == "Dictation failed" } }
             let failed = try #require(server.notifications.last)
             #expect(failed.summary == "Dictation failed")
             #expect(!failed.body.isEmpty)

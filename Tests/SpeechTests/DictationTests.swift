@@ -19,7 +19,7 @@ struct DictationTests {
             session.interim("wor")
             session.final("  world\nagain ")
             session.final("")
-            await harness.log.wait { _ in harness.output.typed.count == 2 }
+            try await harness.log.wait { _ in harness.output.typed.count == 2 }
             #expect(harness.output.typed == ["hello", " world again"], "finals as they arrive; interims never")
             let text = await harness.core.stop()
             #expect(text == "hello world again and the last words")
@@ -36,7 +36,7 @@ struct DictationTests {
             let (session, _) = try await harness.start(StartOptions(output: .type))
             session.final("one")
             session.interim("two")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("one two", update: .init(segment: "two", isFinal: false)))
             }
             let text = await harness.core.stop()
@@ -52,7 +52,7 @@ struct DictationTests {
             let (session, _) = try await harness.start(StartOptions(output: .clipboard))
             session.final("copy me")
             async let reply = harness.core.stop()
-            #expect(await waitFor { harness.output.isHoldingFinish })
+            try await waitFor { harness.output.isHoldingFinish }
             #expect(await harness.core.state == .stopping, "the session is not over until the text is delivered")
             harness.output.releaseFinish()
             #expect(await reply == "copy me")
@@ -66,7 +66,7 @@ struct DictationTests {
         try await harness.run {
             let (session, _) = try await harness.start(StartOptions(output: .clipboard))
             session.final("kept in history")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("kept in history", update: .init(segment: "kept in history", isFinal: true)))
             }
             await harness.core.cancel()
@@ -109,7 +109,7 @@ struct DictationTests {
             let (session, _) = try await harness.start(StartOptions(output: .type))
             session.final("first")
             harness.output.failTool("xdotool failed: Can't open display")
-            await harness.log.wait { $0.contains { if case .outputFailed = $0 { true } else { false } } }
+            try await harness.log.wait { $0.contains { if case .outputFailed = $0 { true } else { false } } }
             #expect(await harness.core.state == .listening)
             #expect(await harness.core.lastError?.message == "xdotool failed: Can't open display")
             session.final("second")
@@ -128,7 +128,7 @@ struct DictationTests {
             for _ in 0..<5 { capture.push(.tone) }
             session.final("spoken")
             for _ in 0..<10 { capture.push(.silence) }
-            #expect(await harness.log.wait(for: .idle), "the session stops by itself")
+            try await harness.log.wait(for: .idle)  // the session stops by itself
             #expect(await harness.core.currentTranscript == "spoken every word kept")
             #expect(harness.output.typed.joined() == "spoken every word kept")
             #expect(harness.lastHistoryText == "spoken every word kept")
@@ -144,7 +144,7 @@ struct DictationTests {
             session.emit(.speechActivity(true))
             session.final("said")
             session.emit(.speechActivity(false))
-            #expect(await harness.log.wait(for: .idle))
+            try await harness.log.wait(for: .idle)
             #expect(await harness.core.currentTranscript == "said")
             #expect(harness.log.failures.isEmpty)
         }
@@ -155,7 +155,7 @@ struct DictationTests {
         try await harness.run {
             let (_, capture) = try await harness.start(StartOptions(autoStopMilliseconds: 5000))
             for _ in 0..<3 { capture.push(.silence) }
-            #expect(await harness.log.wait(for: .idle))
+            try await harness.log.wait(for: .idle)
             #expect(harness.log.failures.isEmpty)
             #expect(await harness.core.lastError == nil)
         }
@@ -170,7 +170,7 @@ struct DictationTests {
             for _ in 0..<5 { capture.push(.silence) }
             // A later event proves the core handled the ones before it.
             session.final("still here")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("still here", update: .init(segment: "still here", isFinal: true)))
             }
             #expect(await harness.core.state == .listening)

@@ -1,73 +1,11 @@
 import Capture
 import Foundation
-import History
-import Logging
 import NIOCore
 import Recognition
 import Speech
 import Synchronization
 import TestSupport
 import Testing
-
-/// A core with a fake microphone and recognizer, its events logged, its history in a temp file.
-struct CoreHarness {
-    let microphone = FakeMicrophone()
-    let recognizer = FakeRecognizer()
-    let output = FakeOutput()
-    let log = EventLog()
-    let core: SpeechCore
-    let history: HistoryStore
-    let directory: String
-
-    init(_ configure: (inout Configuration) -> Void = { _ in }) async throws {
-        var configuration = Configuration()
-        configuration.stopTimeoutMilliseconds = 2000
-        configure(&configuration)
-        directory = try makeTemporaryDirectory("sttd-core")
-        history = try HistoryStore(path: "\(directory)/history.sqlite")
-        core = SpeechCore(
-            configuration: configuration, microphone: microphone,
-            recognizers: Recognizers(local: recognizer, deepgram: recognizer), history: history, output: output,
-            logger: Logger(label: "test"))
-        let log = log
-        await core.observe { log.append($0) }
-    }
-
-    /// Runs the core while `body` drives it, then shuts it down and waits for it to end.
-    func run(_ body: () async throws -> Void) async throws {
-        try await withThrowingTaskGroup(of: Void.self) { group in
-            group.addTask { await core.run() }
-            do {
-                try await body()
-            } catch {
-                await core.shutDown()
-                throw error
-            }
-            await core.shutDown()
-            try await group.waitForAll()
-        }
-        try? FileManager.default.removeItem(atPath: directory)
-    }
-
-    /// Starts a session and returns its fake recognizer session and capture.
-    func start(_ options: StartOptions = StartOptions()) async throws -> (FakeRecognitionStream, FakeStream) {
-        try await core.start(options)
-        return (try #require(recognizer.current), try #require(microphone.current))
-    }
-
-    /// Stops and returns the transcript, or nil when no reply came within `limit` (a hang fails
-    /// the test instead of stalling the suite).
-    func stop(within limit: TimeAmount) async -> String? {
-        let (replies, reply) = AsyncStream.makeStream(of: String?.self)
-        Task.immediate { [core] in reply.yield(await core.stop()) }
-        core.loop.scheduleTask(in: limit) { reply.yield(nil) }
-        var first = replies.makeAsyncIterator()
-        return await first.next() ?? nil
-    }
-
-    /// The newest history entry's text.
-    var lastHistoryText: String? { (try? history.sessions(limit: 1))?.first?.text }
-}
 
 @Suite("Speech core, in process")
 struct SpeechCoreTests {
@@ -115,7 +53,7 @@ struct SpeechCoreTests {
             let (session, _) = try await harness.start()
             session.final("kept")
             session.interim("dropped")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("kept dropped", update: .init(segment: "dropped", isFinal: false)))
             }
             await harness.core.cancel()
@@ -144,7 +82,7 @@ struct SpeechCoreTests {
         try await harness.run {
             let (session, _) = try await harness.start()
             session.final("before")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("before", update: .init(segment: "before", isFinal: true)))
             }
             await harness.core.resetTranscript()
@@ -161,11 +99,11 @@ struct SpeechCoreTests {
         harness.microphone.holdOpens()
         try await harness.run {
             async let started: Void = harness.core.start(StartOptions())
-            await harness.log.wait(for: .starting)
+            try await harness.log.wait(for: .starting)
             // An immediate task queues the stop on the core before the next line runs.
             let (stopped, reply) = AsyncStream.makeStream(of: String.self)
             Task.immediate { reply.yield(await harness.core.stop()) }
-            #expect(await waitFor { harness.microphone.opensInFlight == 1 })
+            try await waitFor { harness.microphone.opensInFlight == 1 }
             harness.microphone.releaseOpens()
             try await started
             var replies = stopped.makeAsyncIterator()
@@ -192,7 +130,7 @@ struct SpeechCoreTests {
                     restartReply.yield(error)
                 }
             }
-            await harness.log.wait(for: .stopping)
+            try await harness.log.wait(for: .stopping)
             first.cancel()  // the flush ends
             var stops = stopped.makeAsyncIterator()
             _ = await stops.next()
@@ -212,7 +150,7 @@ struct SpeechCoreTests {
             let (session, _) = try await harness.start()
             session.final("first part")
             session.interim("second half")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(
                     .transcript("first part second half", update: .init(segment: "second half", isFinal: false)))
             }
@@ -237,7 +175,7 @@ struct SpeechCoreTests {
             defer { wedged.release() }
             wedged.final("said before")
             wedged.interim("and pending")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains { if case .transcript(_, .some(let update)) = $0 { !update.isFinal } else { false } }
             }
             #expect(await harness.stop(within: .seconds(30)) == "said before and pending")
@@ -249,7 +187,7 @@ struct SpeechCoreTests {
             harness.recognizer.cancelHangs = false
             let (next, _) = try await harness.start()
             next.final("next session")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains {
                     if case .transcript(_, .some(let update)) = $0 { update.segment == "next session" } else { false }
                 }
@@ -268,7 +206,7 @@ struct SpeechCoreTests {
             let (session, _) = try await harness.start()
             session.final("kept")
             session.endByItself()
-            #expect(await harness.log.waitForFailure())
+            try await harness.log.waitForFailure()
             #expect(harness.log.failures == [.endedByRecognizer])
             #expect(await harness.core.state == .idle)
             #expect(harness.microphone.openStreams == 0)
@@ -284,7 +222,7 @@ struct SpeechCoreTests {
             let (session, _) = try await harness.start()
             session.final("kept")
             session.fail(RecognitionError(.backendUnavailable, "The server went away."))
-            #expect(await harness.log.waitForFailure())
+            try await harness.log.waitForFailure()
             #expect(harness.log.failures.map(\.code) == [.backendUnavailable])
             #expect(await harness.core.state == .idle)
             #expect(await harness.core.lastError?.code == .backendUnavailable)
@@ -299,11 +237,11 @@ struct SpeechCoreTests {
             let (session, first) = try await harness.start()
             harness.microphone.available = false
             first.lose()
-            #expect(await harness.log.wait(for: .reconnecting))
+            try await harness.log.wait(for: .reconnecting)
             #expect(await harness.core.microphoneStatus == .unavailable)
             let count = harness.log.all.count
             harness.microphone.available = true
-            #expect(await harness.log.wait(for: .listening, after: count))
+            try await harness.log.wait(for: .listening, after: count)
             #expect(harness.microphone.streams.count == 2)
             try #require(harness.microphone.current).push(.tone)
             #expect(session.samples == 1600, "audio flows from the new capture")
@@ -319,7 +257,7 @@ struct SpeechCoreTests {
             session.final("kept")
             harness.microphone.available = false
             capture.lose()
-            #expect(await harness.log.waitForFailure())
+            try await harness.log.waitForFailure()
             #expect(harness.log.failures.map(\.code) == [.microphoneUnavailable])
             #expect(harness.lastHistoryText == "kept")
         }
@@ -333,14 +271,14 @@ struct SpeechCoreTests {
             let (session, first) = try await harness.start()
             harness.microphone.available = false
             first.lose()
-            #expect(await harness.log.wait(for: .reconnecting))
+            try await harness.log.wait(for: .reconnecting)
             // The sound server is back, and a reopening is under way when the recognizer fails.
             harness.microphone.holdOpens()
             harness.microphone.available = true
-            #expect(await waitFor { harness.microphone.opensInFlight == 1 })
+            try await waitFor { harness.microphone.opensInFlight == 1 }
             session.fail(RecognitionError(.backendUnavailable, "The server went away."))
             harness.microphone.releaseOpens()
-            #expect(await harness.log.wait(for: .idle))
+            try await harness.log.wait(for: .idle)
             #expect(harness.microphone.opensInFlight == 0, "idle is reported only after the reopening finished")
             #expect(harness.microphone.openStreams == 0, "the capture opened during the failure is closed")
             let levels = harness.log.levels
@@ -379,12 +317,14 @@ struct SpeechCoreTests {
         try await harness.run {
             let (session, _) = try await harness.start()
             session.final("kept")
-            await harness.log.wait { $0.contains(.transcript("kept", update: .init(segment: "kept", isFinal: true))) }
+            try await harness.log.wait {
+                $0.contains(.transcript("kept", update: .init(segment: "kept", isFinal: true)))
+            }
             let blocked = DispatchSemaphore(value: 0)
             harness.core.submit { _ in blocked.wait() }
             for index in 0...SpeechCore.reportQueueBound + 10 { session.interim("word \(index)") }
             blocked.signal()
-            #expect(await harness.log.waitForFailure())
+            try await harness.log.waitForFailure()
             let failure = try #require(harness.log.failures.first)
             #expect(failure.code == .internal)
             #expect(failure.message.contains("behind"), "\(failure.message)")

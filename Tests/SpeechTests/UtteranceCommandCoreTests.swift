@@ -18,7 +18,7 @@ struct UtteranceCommandCoreTests {
             session.final("Please read it before you submit.")
             session.final("Can you delete that?")
             session.final("Okay, stop listening.")
-            #expect(await waitFor { harness.output.typed.count == 4 })
+            try await waitFor { harness.output.typed.count == 4 }
             #expect(
                 harness.output.typed == [
                     "Dear team.", " Please read it before you submit.", " Can you delete that?", " Okay, stop listening.",
@@ -40,7 +40,7 @@ struct UtteranceCommandCoreTests {
             session.final("Please read it before you", endsUtterance: false)
             session.final("submit.")
             session.final("Press enter.")
-            #expect(await waitFor { harness.output.typed.count == 3 })
+            try await waitFor { harness.output.typed.count == 3 }
             #expect(harness.output.typed == ["Please read it before you", " submit.", "<Return>"])
             #expect(await harness.core.stop() == "Please read it before you submit.")
         }
@@ -58,7 +58,7 @@ struct UtteranceCommandCoreTests {
             session.final("Submit", endsUtterance: false)
             session.interim("the form")
             session.final("the form.")
-            #expect(await waitFor { harness.output.typed.count == 4 })
+            try await waitFor { harness.output.typed.count == 4 }
             #expect(harness.output.typed == ["Hello.", "<Return>", " Submit", " the form."])
             #expect(await harness.core.stop() == "Hello. Submit the form.")
         }

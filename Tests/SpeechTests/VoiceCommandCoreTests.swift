@@ -19,7 +19,7 @@ struct VoiceCommandCoreTests {
             session.final("Press enter.")
             session.final("scratch that")
             session.final("We need a new line of products.")
-            await harness.log.wait { _ in harness.output.typed.count == 6 }
+            try await harness.log.wait { _ in harness.output.typed.count == 6 }
             #expect(
                 harness.output.typed == [
                     "Dear team\n", "This goes away.", "<-15>", "Thanks.", "<Return>", " We need a new line of products.",
@@ -39,7 +39,7 @@ struct VoiceCommandCoreTests {
             let (session, _) = try await harness.start(StartOptions())
             session.final("That is all.")
             session.final("Stop listening.")
-            #expect(await waitFor { await harness.core.state == .idle })
+            try await waitFor { await harness.core.state == .idle }
             #expect(await harness.core.currentTranscript == "That is all.")
             #expect(harness.lastHistoryText == "That is all.")
         }
@@ -52,13 +52,13 @@ struct VoiceCommandCoreTests {
         try await harness.run {
             let (session, _) = try await harness.start(StartOptions())
             session.final("The end.")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("The end.", update: .init(segment: "The end.", isFinal: true)))
             }
             // Shows nothing (it is a command), and is promoted when the session fails.
             session.interim("stop listening")
             session.fail(RecognitionError(.backendUnavailable, "the server went away"))
-            await harness.log.wait { $0.contains(.state(.idle)) }
+            try await harness.log.wait { $0.contains(.state(.idle)) }
             #expect(await harness.core.currentTranscript == "The end.")
             #expect(harness.log.all.contains { if case .sessionFailed = $0 { true } else { false } })
             #expect(!harness.log.all.contains(.state(.stopping)), "no stop was started")
@@ -72,11 +72,11 @@ struct VoiceCommandCoreTests {
             let (session, _) = try await harness.start(StartOptions())
             session.final("One.")
             session.interim("two new line")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("One. two", update: .init(segment: "two", isFinal: false)))
             }
             session.interim("scratch that")
-            await harness.log.wait {
+            try await harness.log.wait {
                 $0.contains(.transcript("One.", update: .init(segment: "", isFinal: false)))
             }
             _ = await harness.core.stop()

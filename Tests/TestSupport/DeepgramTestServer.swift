@@ -157,11 +157,20 @@ public final class DeepgramTestServer: Sendable {
         }
     }
 
-    /// Waits until the connections seen so far satisfy `condition`; false if they did not within `timeout`.
+    /// Waits until the connections seen so far satisfy `condition`; throws ``WaitTimedOut`` if
+    /// they do not within `timeout`.
     public func wait(
-        timeout: Duration = .seconds(10), until condition: @escaping @Sendable ([Connection]) -> Bool
-    ) async -> Bool {
-        await records.wait(timeout: timeout, until: condition)
+        _ what: @autoclosure () -> String = "the awaited connections", timeout: Duration = .seconds(10),
+        fileID: String = #fileID, line: Int = #line, until condition: @escaping @Sendable ([Connection]) -> Bool
+    ) async throws {
+        try await records.wait(what(), timeout: timeout, fileID: fileID, line: line, until: condition)
+    }
+
+    /// Whether the connections come to satisfy `condition` within `timeout` (use the answer).
+    public func happens(within timeout: Duration, _ condition: @escaping @Sendable ([Connection]) -> Bool) async
+        -> Bool
+    {
+        await records.happens(within: timeout, condition)
     }
 
     /// Sockets still open.
@@ -453,65 +462,6 @@ final class WebSocketServerHandler: ChannelInboundHandler {
                 // Give the client a moment to answer the close, then end the socket.
                 bound.value.eventLoop.scheduleTask(in: .milliseconds(200)) { bound.value.close(promise: nil) }
             }
-    }
-}
-
-/// A value that changes on other threads, and tasks waiting for it to satisfy a condition
-/// (instead of sleeping and looking again).
-public final class Watched<Value: Sendable>: Sendable {
-    private struct Waiter {
-        let id: Int
-        let condition: @Sendable (Value) -> Bool
-        let continuation: CheckedContinuation<Bool, Never>
-    }
-    private struct State {
-        var value: Value
-        var waiters: [Waiter] = []
-        var nextID = 0
-    }
-    private let state: Mutex<State>
-
-    public init(_ value: Value) { state = Mutex(State(value: value)) }
-
-    public var value: Value { state.withLock { $0.value } }
-
-    /// Changes the value and wakes the waiters whose condition now holds.
-    @discardableResult
-    public func update<Result: Sendable>(_ change: (inout Value) -> Result) -> Result {
-        let (result, satisfied) = state.withLock { state in
-            let result = change(&state.value)
-            let value = state.value
-            let satisfied = state.waiters.filter { $0.condition(value) }
-            state.waiters.removeAll { waiter in satisfied.contains { $0.id == waiter.id } }
-            return (result, satisfied)
-        }
-        for waiter in satisfied { waiter.continuation.resume(returning: true) }
-        return result
-    }
-
-    /// Waits until `condition` holds; false if it did not within `timeout`.
-    public func wait(timeout: Duration = .seconds(10), until condition: @escaping @Sendable (Value) -> Bool) async
-        -> Bool
-    {
-        await withCheckedContinuation { continuation in
-            let id = state.withLock { state -> Int? in
-                guard !condition(state.value) else { return nil }
-                state.nextID += 1
-                state.waiters.append(Waiter(id: state.nextID, condition: condition, continuation: continuation))
-                return state.nextID
-            }
-            guard let id else {
-                continuation.resume(returning: true)
-                return
-            }
-            MultiThreadedEventLoopGroup.singleton.any().scheduleTask(in: TimeAmount(timeout)) {
-                let expired = self.state.withLock { state -> Waiter? in
-                    guard let index = state.waiters.firstIndex(where: { $0.id == id }) else { return nil }
-                    return state.waiters.remove(at: index)
-                }
-                expired?.continuation.resume(returning: false)
-            }
-        }
     }
 }
 

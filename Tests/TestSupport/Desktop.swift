@@ -67,7 +67,7 @@ public enum WindowApp: String, Sendable, CaseIterable, CustomStringConvertible {
 /// defer { window.close() }
 /// let output = DesktopOutput(environment: window.environment, typingTool: nil, logger: logger)
 /// output.type("café") { _ in }
-/// #expect(await window.waitForText("café"))
+/// try await window.waitForText("café")
 /// ```
 public final class ReceivingWindow: @unchecked Sendable {
     // Safety: immutable after init except `closed`, which is guarded by `closeLock`.
@@ -138,7 +138,7 @@ public final class ReceivingWindow: @unchecked Sendable {
                 stderr: "\(directory)/terminal.log")
         }
         do {
-            guard await waitFor(timeout: .seconds(20), { FileManager.default.fileExists(atPath: ready) }) else {
+            guard await happens(within: .seconds(20), { FileManager.default.fileExists(atPath: ready) }) else {
                 throw MissingPrerequisite(description: "the \(kind) test window did not start: \(terminalLog)")
             }
             let windowID = (try? String(contentsOfFile: ready, encoding: .utf8)) ?? ""
@@ -189,7 +189,7 @@ public final class ReceivingWindow: @unchecked Sendable {
             // No window manager: focus set on the window stays there (the pointer goes there too).
             let id = windowID.trimmingCharacters(in: .whitespacesAndNewlines)
             let xdotool = try requireTool("xdotool", package: "xdotool")
-            let focused = try await waitFor(timeout: .seconds(10)) {
+            let focused = try await happens(within: .seconds(10)) {
                 try run(xdotool, ["windowfocus", "--sync", id], environment: environment, timeout: 5).status == 0
                     && run(xdotool, ["mousemove", "--window", id, "20", "20"], environment: environment, timeout: 5)
                         .status == 0
@@ -206,7 +206,7 @@ public final class ReceivingWindow: @unchecked Sendable {
                 throw MissingPrerequisite(
                     description: "STTD_TEST_SWAYSOCK is not set: run the tests under scripts/desktop-env")
             }
-            let focused = try await waitFor(timeout: .seconds(10)) {
+            let focused = try await happens(within: .seconds(10)) {
                 try run(swaymsg, ["[app_id=\(appID)] focus"], environment: swayEnvironment, timeout: 5).status == 0
             }
             guard focused else { throw MissingPrerequisite(description: "sway did not focus the test window \(appID)") }
@@ -236,17 +236,27 @@ public final class ReceivingWindow: @unchecked Sendable {
         return shown
     }
 
-    /// Waits (up to `timeout`) until the window has received exactly `expected`; false if it has
-    /// not by then, or received something else that `expected` does not start with.
-    public func waitForText(_ expected: String, timeout: Duration = .seconds(15)) async -> Bool {
+    /// Waits (up to `timeout`) until the window has received exactly `expected`; throws
+    /// ``WaitTimedOut``, with what it received and `context` (worked out only then), if it has
+    /// not by then, or has received something else that `expected` does not start with.
+    public func waitForText(
+        _ expected: String, timeout: Duration = .seconds(15), context: @autoclosure () -> String = "",
+        fileID: String = #fileID, line: Int = #line
+    ) async throws {
         let target = Array(expected.utf8)
-        _ = await waitFor(timeout: timeout) {
+        let settled = await happens(within: timeout) {
             let received = lines
             return received.count >= target.count || !target.starts(with: received)
         }
         // A moment more so that anything typed beyond the expected text shows up too.
         try? await Task.sleep(for: .milliseconds(200))
-        return lines == target
+        guard lines == target else {
+            let note = context()
+            throw WaitTimedOut(
+                "the window to receive \(expected.debugDescription); it received \(text.debugDescription)"
+                    + (settled ? " instead" : " so far") + (note.isEmpty ? "" : "\n\(note)"), after: timeout,
+                fileID: fileID, line: line)
+        }
     }
 
     /// Closes the window and lets the next test have the desktop.

@@ -239,11 +239,11 @@ public final class HeadlessPulse: @unchecked Sendable {
         try pactlCommand(pactl, ["set-default-source", "mic.monitor"])
     }
 
-    /// Kills the server at once (as a crash would).
-    public func kill() {
+    /// Kills the server at once (as a crash would) and waits until it has gone.
+    public func kill() throws {
         guard let process, process.isRunning else { return }
         process.signal(SIGKILL)
-        process.wait()
+        guard process.wait() != nil else { throw WaitTimedOut("pulseaudio to end after SIGKILL", after: .seconds(30)) }
     }
 
     public func stop() {
@@ -313,15 +313,4 @@ public final class HeadlessPulse: @unchecked Sendable {
         stop()
         try? FileManager.default.removeItem(atPath: directory)
     }
-}
-
-/// Waits until a condition holds that no event announces (a file's content, a counter),
-/// checking it every 20 ms; false if `timeout` passes first.
-public func waitFor(timeout: Duration = .seconds(10), _ condition: () async throws -> Bool) async rethrows -> Bool {
-    let deadline = ContinuousClock.now + timeout
-    while try await !condition() {
-        guard ContinuousClock.now < deadline else { return false }
-        try? await Task.sleep(for: .milliseconds(20))
-    }
-    return true
 }

@@ -104,7 +104,7 @@ public final class GnomeDesktop: @unchecked Sendable {
         connection = try await DBusConnection.connect(to: .address(session))
         let system = try await DBusConnection.connect(to: .address(systemBus.address))
         defer { system.close() }
-        let logindUp = try await waitFor(timeout: .seconds(30)) {
+        let logindUp = try await happens(within: .seconds(30)) {
             guard logind.isRunning else { return false }
             return try await Self.hasOwner("org.freedesktop.login1", on: system)
         }
@@ -147,7 +147,7 @@ public final class GnomeDesktop: @unchecked Sendable {
     /// the overview it starts in and selects Dictation.
     private func prepareShell() async throws {
         // Starting takes a few seconds (more on a busy 2-core machine).
-        let up = try await waitFor(timeout: .seconds(90)) {
+        let up = try await happens(within: .seconds(90)) {
             try requireShellRunning()
             return (try? await eval("global.context.unsafe_mode && !imports.ui.main.layoutManager._startingUp"))
                 == "true"
@@ -165,7 +165,7 @@ public final class GnomeDesktop: @unchecked Sendable {
             "ok"
             """)
         // It starts in the overview, as a GNOME login does.
-        let hidden = try await waitFor(timeout: .seconds(30)) {
+        let hidden = try await happens(within: .seconds(30)) {
             try await eval(
                 """
                 const overview = imports.ui.main.overview;
@@ -177,7 +177,7 @@ public final class GnomeDesktop: @unchecked Sendable {
         guard hidden else { throw MissingPrerequisite(description: "gnome-shell's overview did not hide: \(log)") }
         // The source appears once ibus-daemon has listed its engines; IBus then switches engine.
         var last = ""
-        let selected = try await waitFor(timeout: .seconds(60)) {
+        let selected = try await happens(within: .seconds(60)) {
             try requireShellRunning()
             last = try await eval(
                 """
@@ -238,7 +238,7 @@ public final class GnomeDesktop: @unchecked Sendable {
                 }
                 String(!!window)
                 """)
-            focused = await waitFor(timeout: .seconds(5)) { field.record?.focus == true }
+            focused = await happens(within: .seconds(5)) { field.record?.focus == true }
         }
         guard focused else {
             field.close()

@@ -60,7 +60,7 @@ public final class IBusDesktop: @unchecked Sendable {
         daemon = try ChildProcess(
             daemonPath, ["--single", "--verbose", "--cache=refresh", "--panel=disable", "--emoji-extension=disable"],
             environment: environment, stderr: "\(directory)/ibus-daemon.log")
-        let selected = try await waitFor(timeout: .seconds(20)) {
+        let selected = try await happens(within: .seconds(20)) {
             guard daemon.isRunning else { return false }
             _ = try await run(ibus, ["engine", IBusDesktop.engine], environment: environment, timeout: 10)
             let current = try await run(ibus, ["engine"], environment: environment, timeout: 10)
@@ -159,7 +159,7 @@ public final class IBusField: @unchecked Sendable {
         process = try ChildProcess(
             "/usr/bin/python3", [script, ready, "\(directory)/state"] + (password ? ["--purpose", "password"] : []),
             environment: environment, stderr: "\(directory)/field.log")
-        guard await waitFor(timeout: .seconds(20), { FileManager.default.fileExists(atPath: ready) }) else {
+        guard await happens(within: .seconds(20), { FileManager.default.fileExists(atPath: ready) }) else {
             let log = (try? String(contentsOfFile: "\(directory)/field.log", encoding: .utf8)) ?? ""
             process.stop(grace: 2)
             throw MissingPrerequisite(
@@ -175,7 +175,7 @@ public final class IBusField: @unchecked Sendable {
     /// Gives this window the keyboard focus on the X11 desktop (no window manager: it stays there).
     public func focus() async throws {
         let xdotool = try requireTool("xdotool", package: "xdotool")
-        let focused = try await waitFor(timeout: .seconds(10)) {
+        let focused = try await happens(within: .seconds(10)) {
             let focus = try await run(
                 xdotool, ["windowfocus", "--sync", windowID], environment: environment, timeout: 5)
             let pointer = try await run(
@@ -202,9 +202,18 @@ public final class IBusField: @unchecked Sendable {
 
     public var text: String { record?.text ?? "" }
 
-    /// Waits (up to `timeout`) until the field holds exactly `expected`.
-    public func waitForText(_ expected: String, timeout: Duration = .seconds(15)) async -> Bool {
-        await waitFor(timeout: timeout) { text == expected }
+    /// Waits (up to `timeout`) until the field holds exactly `expected`; throws ``WaitTimedOut``,
+    /// with what it holds and `context` (worked out only then), if it does not.
+    public func waitForText(
+        _ expected: String, timeout: Duration = .seconds(15), context: @autoclosure () -> String = "",
+        fileID: String = #fileID, line: Int = #line
+    ) async throws {
+        guard await happens(within: timeout, { text == expected }) else {
+            let note = context()
+            throw WaitTimedOut(
+                "the field to hold \(expected.debugDescription); it holds \(text.debugDescription)"
+                    + (note.isEmpty ? "" : "\n\(note)"), after: timeout, fileID: fileID, line: line)
+        }
     }
 
     public func close() {

@@ -36,7 +36,7 @@ extension SttdFixture {
         try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recording), to: file)
         try await pulse.play(file)
         // The VAD's hangover closes the utterance, as after a spoken sentence.
-        await recorder.wait(timeout: .seconds(10)) { signals in
+        try await recorder.wait("SpeechActivity false after \(id)", timeout: .seconds(10)) { signals in
             signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
         }
         let transcript = try await call("StopTranscribing").first?.string ?? ""

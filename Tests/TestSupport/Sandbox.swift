@@ -180,9 +180,11 @@ public final class SandboxedApp: @unchecked Sendable {
     /// The app's unique bus name.
     public func uniqueName() async throws -> String { try await request(["name": true]).value ?? "" }
 
-    /// Leaves the bus at once, as an app that crashes or is closed does.
-    public func leave() async {
+    /// Leaves the bus at once, as an app that crashes or is closed does; returns once it has gone.
+    public func leave() async throws {
         process.signal(SIGKILL)
-        _ = await process.exit(timeout: .seconds(10))
+        guard await process.exit(timeout: .seconds(10)) != nil else {
+            throw WaitTimedOut("the sandboxed app to end on SIGKILL", after: .seconds(10))
+        }
     }
 }

@@ -68,7 +68,9 @@ public final class SttdFixture: @unchecked Sendable {
     /// Kills and starts sttd again (same bus, same files).
     public func restartService(signal: Int32 = SIGKILL) async throws {
         sttd.signal(signal)
-        _ = await sttd.exit(timeout: .seconds(10))
+        guard await sttd.exit(timeout: .seconds(10)) != nil else {
+            throw WaitTimedOut("sttd to exit on signal \(signal) before its restart", after: .seconds(10))
+        }
         sttd = try ChildProcess(try builtExecutable("sttd"), [], environment: environment, stderr: "\(home)/sttd.log")
         try await waitForService()
     }
@@ -141,10 +143,22 @@ public final class SignalRecorder: Sendable {
         }
     }
 
-    /// Waits until `condition` holds for the signals so far (up to `timeout`).
-    @discardableResult
+    /// Waits until `condition` holds for the signals so far; throws ``WaitTimedOut`` (naming
+    /// `what` and the signals that did come) if it does not within `timeout`.
     public func wait(
-        timeout: Duration = .seconds(20), until condition: @Sendable ([DBusSignalMessage]) -> Bool
+        _ what: @autoclosure () -> String = "the awaited signals", timeout: Duration = .seconds(20),
+        fileID: String = #fileID, line: Int = #line, until condition: @Sendable ([DBusSignalMessage]) -> Bool
+    ) async throws {
+        guard await happens(within: timeout, condition) else {
+            let seen = describeLast(signals.map { $0.member })
+            throw WaitTimedOut("\(what()); signals received: \(seen)", after: timeout, fileID: fileID, line: line)
+        }
+    }
+
+    /// Whether `condition` comes to hold for the signals within `timeout`: for checking that a
+    /// signal does *not* come, or acting on whether it did (use the answer); to expect one, ``wait(_:timeout:fileID:line:until:)``.
+    public func happens(
+        within timeout: Duration, _ condition: @Sendable ([DBusSignalMessage]) -> Bool
     ) async -> Bool {
         let deadline = ContinuousClock.now + timeout
         while ContinuousClock.now < deadline {
