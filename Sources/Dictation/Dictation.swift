@@ -132,7 +132,6 @@ public struct Dictation: Sendable {
             var taken = found.count
             if !wholeUtterance || end > 0, let own = found.firstIndex(where: { $0.action.needsOwnUtterance }) {
                 taken = own
-                literal = nil
             }
             for (action, count) in found.prefix(taken) {
                 commands.insert(action, at: 0)

@@ -52,11 +52,16 @@ public final class DesktopOutput: Sendable {
     public func type(_ text: String, done: @escaping @Sendable (OutputError?) -> Void) {
         let (engine, ledger) = (engine, ledger)
         enqueue(done) { () throws(OutputError) in
-            // A failed run may have typed part of the text: nothing before it can be taken back.
-            ledger.clear()
             let window = engine.focusedWindow()
-            try engine.type(text)
-            ledger.typed(text, into: window)
+            do throws(OutputError) {
+                try engine.type(text)
+            } catch {
+                // A failed run may have typed part of the text: nothing before it can be taken back.
+                ledger.clear()
+                throw error
+            }
+            // A line break is an Enter press: like any key, it makes what was typed the window's.
+            if text.contains("\n") { ledger.clear() } else { ledger.typed(text, into: window) }
         }
     }
 

@@ -167,13 +167,14 @@ extension SpeechCore {
     /// utterance ends here.
     func apply(_ result: RecognitionResult, ending: Bool = false) {
         let dictation = session?.dictation ?? Dictation(rules: DictationRules())
-        if let held = heldCommand {
+        if let held = heldCommand, result.isFinal {
             if !result.text.isEmpty {
-                // More words: the held command was part of a longer utterance, so it is text.
+                // More words (a final: an interim's may vanish): the held command was part of a
+                // longer utterance, so it is text.
                 heldCommand = nil
                 applyFinal(held, whole: false, dictation: dictation, ending: ending)
                 utteranceOpen = true
-            } else if result.isFinal, result.endsUtterance || ending {
+            } else if result.endsUtterance || ending {
                 utteranceEnded(ending: ending)
             }
         }

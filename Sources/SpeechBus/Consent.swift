@@ -97,19 +97,22 @@ public final class Consent: Sendable {
     public var gate: DBusGate {
         { [self] access, decision in
             if identities.identity(of: access.sender) == .host { return decision.allow() }
-            let busy = SpeechError.busy(
-                "sttd is deciding too many calls from sandboxed apps; wait for their answers and try again.")
-            guard reserveDecision() else { return decision.refuse(busy.dbusError) }
             let queued = enqueue { [self] in
-                decision.decide(await self.decision(for: access))
+                // Only a sandboxed caller holds a place: a host program met for the first time
+                // passes once known, however many apps wait for their prompts.
+                guard await identity(of: access.sender).isSandboxed else { return decision.allow() }
+                guard reserveDecision() else { return decision.refuse(Self.tooManyUndecided) }
+                let verdict = await self.decision(for: access)
                 undecided.withLock { $0 -= 1 }
+                decision.decide(verdict)
             }
-            if !queued {
-                undecided.withLock { $0 -= 1 }
-                decision.refuse(busy.dbusError)
-            }
+            if !queued { decision.refuse(Self.tooManyUndecided) }
         }
     }
+
+    static let tooManyUndecided = SpeechError.busy(
+        "sttd is deciding too many calls from sandboxed apps; wait for their answers and try again."
+    ).dbusError
 
     /// Counts one more undecided call; false at ``queueLimit``.
     private func reserveDecision() -> Bool {

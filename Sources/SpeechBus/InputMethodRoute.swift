@@ -81,6 +81,9 @@ public final class InputMethodRoute: Sendable {
         return left
     }
 
+    /// Whether `name` has reported as an input method and is still on the bus (as far as sttd heard).
+    func isInputMethod(_ name: String) -> Bool { engines.withLock { $0.contains { $0.name == name } } }
+
     private func show(_ summary: String) {
         object.withLock { $0 }?.set(.inputMethod, summary)
     }

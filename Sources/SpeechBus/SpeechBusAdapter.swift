@@ -83,7 +83,11 @@ public final class SpeechBusAdapter: Sendable {
             switch event {
             case .owner(let client):
                 object.set(.activeClient, client.name)
-                if let owner = client.privateDestination { stopWhenGone(owner) }
+                if let owner = client.privateDestination {
+                    stopWhenGone(owner, then: ownerLeft)
+                } else if let engine = client.connection, inputMethod?.isInputMethod(engine) == true {
+                    stopWhenGone(engine, then: inputMethodLeft)
+                }
             case .state(.idle):
                 object.set(.activeClient, "")
             default:
@@ -93,18 +97,19 @@ public final class SpeechBusAdapter: Sendable {
         }
         consent?.observeDepartures { [self] name in
             if view.isOwner(name) { ownerLeft(name) }
-            if inputMethod?.departed(name)?.pushToTalk == true { pushToTalkLeft(name) }
+            if inputMethod?.departed(name) != nil { inputMethodLeft(name) }
         }
     }
 
     // MARK: Sessions whose app left
 
-    /// A sandboxed app's session has just opened: if the app has already left the bus (its
-    /// departure may have come before the session), the session stops now; later, its departure does.
-    func stopWhenGone(_ owner: String) {
+    /// A session whose starter must stay (a sandboxed app, or the input method holding its
+    /// push-to-talk key) has just opened: if the starter has already left the bus (its departure
+    /// may have come before the session), `left` stops the session now; later, its departure does.
+    func stopWhenGone(_ owner: String, then left: @escaping @Sendable (String) -> Void) {
         guard let consent else { return }
-        let queued = consent.enqueue { [self] in
-            if await !consent.isConnected(owner) { ownerLeft(owner) }
+        let queued = consent.enqueue {
+            if await !consent.isConnected(owner) { left(owner) }
         }
         if !queued {
             logger.warning(
@@ -119,12 +124,13 @@ public final class SpeechBusAdapter: Sendable {
         stopSession(startedFrom: owner, "the app whose session is running left the bus; stopping the session")
     }
 
-    /// The input method left the bus (it crashed, or `ibus restart`) while its push-to-talk key
-    /// was held: the release can never arrive, so the session it started stops now, as the
-    /// release would have stopped it. Its last words stay in the transcript and history.
-    func pushToTalkLeft(_ engine: String) {
+    /// The input method left the bus (it crashed, or `ibus restart`). It starts sessions only
+    /// for its push-to-talk key, whose release can now never arrive: the session it started
+    /// stops, as the release would have stopped it. Its last words stay in the transcript and
+    /// history.
+    func inputMethodLeft(_ engine: String) {
         stopSession(
-            startedFrom: engine, "the input method left the bus with its push-to-talk key held; stopping its session")
+            startedFrom: engine, "the input method left the bus; stopping the push-to-talk session it started")
     }
 
     private func stopSession(startedFrom connection: String, _ why: Logger.Message) {

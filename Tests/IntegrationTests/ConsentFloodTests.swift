@@ -33,6 +33,9 @@ extension Integration {
             try #require(lines().first?["sent"] as? Int == total, "flood.py: \(lines())")
             // Every call has reached sttd; the prompt is still open.
             let during = try #require(residentBytes(of: sttd.sttd.pid))
+            // A program outside the sandbox, met for the first time, is not held up by the flood.
+            let status = try sttd.sttctl(["status"])
+            #expect(status.status == 0, "\(status)")
             try await waitFor("the prompt", timeout: .seconds(20)) { !ConsentTests.prompts(server).isEmpty }
             let prompt = try #require(ConsentTests.prompts(server).first, "a prompt for the app")
             #expect(prompt.body.contains("cannot type into other windows"), "the prompt says what an app cannot do")

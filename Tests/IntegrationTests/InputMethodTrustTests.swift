@@ -27,7 +27,7 @@ extension Integration {
             try await desktop.killEngine()
             try await Self.waitForState(sttd, "idle")
             try await field.xdotool(["keyup", "KP_Add"])
-            #expect(sttd.log.contains("push-to-talk key held; stopping its session"))
+            #expect(sttd.log.contains("the input method left the bus; stopping the push-to-talk session"))
             let transcript = try #require(try await sttd.property("Transcript")?.string)
             #expect(!transcript.isEmpty, "the words before the crash are kept")
             let history = try sttd.sttctl(["history", "--json"]).stdout

@@ -43,4 +43,20 @@ struct UtteranceSegmenterTests {
     @Test func speechRightAtTheStartKeepsEverything() throws {
         #expect(try utteranceStart(tone(20, dbfs: -20)) == 0)
     }
+
+    /// Issue 37: a long utterance split at a short pause goes on: its head does not end the
+    /// utterance (voice commands that need one of their own wait); the end after the hangover does.
+    @Test func theHeadOfASplitDoesNotEndTheUtterance() {
+        var segmenter = UtteranceSegmenter()
+        let silence = [Int16](repeating: 0, count: 15 * UtteranceSegmenter.frame)
+        let events = segmenter.append(tone(150, dbfs: -20) + silence + tone(40, dbfs: -20) + silence + silence)
+        let finals = events.compactMap { event -> UtteranceSegmenter.Utterance? in
+            switch event {
+            case .split(let head): head
+            case .ended(let utterance): utterance
+            default: nil
+            }
+        }
+        #expect(finals.map(\.endsUtterance) == [false, true], "\(events)")
+    }
 }

@@ -71,7 +71,7 @@ struct UtteranceCommandCoreTests {
             session.final("scratch that", endsUtterance: false)
             session.interim("please")
             try await harness.log.wait {
-                $0.contains(.transcript("scratch that please", update: .init(segment: "please", isFinal: false)))
+                $0.contains(.transcript("please", update: .init(segment: "please", isFinal: false)))
             }
             #expect(await harness.core.stop() == "scratch that please")
             #expect(harness.output.typed == ["scratch that", " please"])

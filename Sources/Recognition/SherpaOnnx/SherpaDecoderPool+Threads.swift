@@ -150,6 +150,6 @@ extension SherpaDecoderPool {
         let rate = Double(AudioFormat.sampleRate)
         return RecognitionResult(
             text: text, isFinal: isFinal, audioStart: Double(utterance.start) / rate,
-            audioEnd: Double(utterance.end) / rate)
+            audioEnd: Double(utterance.end) / rate, endsUtterance: utterance.endsUtterance)
     }
 }

@@ -19,6 +19,9 @@ struct UtteranceSegmenter {
     struct Utterance: Equatable {
         var samples: [Float]
         var start: Int
+        /// False for the head of a split: the speaker went on (or may go on) without the
+        /// hangover's pause, so voice commands that need an utterance of their own wait.
+        var endsUtterance = true
         var end: Int { start + samples.count }
     }
 
@@ -215,7 +218,7 @@ struct UtteranceSegmenter {
     /// stays in speech, paused, with nothing voiced yet: speech that resumes starts the next
     /// utterance, and the hangover running out ends it with nothing to decode.
     private mutating func cutAtPause() -> Utterance {
-        let head = Utterance(samples: samples, start: start)
+        let head = Utterance(samples: samples, start: start, endsUtterance: false)
         start += samples.count
         samples = []
         energies = []
@@ -236,7 +239,7 @@ struct UtteranceSegmenter {
             }
         }
         let cut = best * Self.frame
-        let head = Utterance(samples: Array(samples[..<cut]), start: start)
+        let head = Utterance(samples: Array(samples[..<cut]), start: start, endsUtterance: false)
         samples.removeFirst(cut)
         energies.removeFirst(best)
         start += cut
