@@ -35,6 +35,7 @@ import Testing
         ("Scratch that, stop listening.", [.scratchThat, .stopListening]),
         ("Literal new line.", [.text("new line.")]),
         ("Type literal scratch that", [.text("Type scratch that")]),
+        ("literal new line submit", [.text("new line submit")]),
         ("a literal translation", [.text("a literal translation")]),
         ("comma", [.text("comma")]),
         ("", []),
