@@ -17,6 +17,8 @@ struct AcceptedRequest: Sendable {
     let subprotocol: String?
     let handshake: HandshakeState
     let decision: EventLoopPromise<HTTPHeaders?>
+    /// The stream's place among `max_streams`, given back when the stream ends.
+    let slot: Slots.Lease
 
     func accept() {
         handshake.set(.accepted)
@@ -65,6 +67,18 @@ final class Slots: Sendable {
     }
 
     func release() { used.subtract(1, ordering: .acquiringAndReleasing) }
+
+    /// A place taken with `acquire()`, given back once however many times it is released.
+    final class Lease: Sendable {
+        private let slots: Slots
+        private let released = Atomic(false)
+
+        init(_ slots: Slots) { self.slots = slots }
+
+        func release() {
+            if !released.exchange(true, ordering: .acquiringAndReleasing) { slots.release() }
+        }
+    }
 }
 
 /// What `shouldUpgrade` decided for one connection, for the upgrade or the refusal that follows.

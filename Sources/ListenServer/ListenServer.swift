@@ -229,8 +229,10 @@ public final class ListenServer: Service, Sendable {
                         handshake.set(.refused(.tooManyStreams, requestID: requestID, afterRequest: false))
                         return channel.eventLoop.makeSucceededFuture(nil)
                     }
-                    // The slot is the connection's for as long as its socket is open.
-                    channel.closeFuture.whenComplete { _ in slots.release() }
+                    // Given back when the stream sends its close frame (a client that read it may
+                    // connect again at once), or at the latest when the socket closes.
+                    let slot = Slots.Lease(slots)
+                    channel.closeFuture.whenComplete { _ in slot.release() }
                     // The request is all in (it has no body): what remains is the server's to do.
                     timer.cancel()
                     let decision = channel.eventLoop.makePromise(of: HTTPHeaders?.self)
@@ -238,7 +240,7 @@ public final class ListenServer: Service, Sendable {
                     requested.succeed(
                         AcceptedRequest(
                             request: request, requestID: requestID, subprotocol: subprotocol, handshake: handshake,
-                            decision: decision))
+                            decision: decision, slot: slot))
                     return decision.futureResult
                 }
             },

@@ -73,7 +73,7 @@ struct ListenStream {
         do {
             try await channel.executeThenClose { inbound, outbound in
                 await serve(
-                    inbound: inbound, outbound: outbound, session: session, clock: clock,
+                    inbound: inbound, outbound: outbound, session: session, slot: accepted.slot, clock: clock,
                     outgoing: (outgoing, out), signals: (signals, signal), logger: logger)
             }
         } catch {
@@ -85,7 +85,7 @@ struct ListenStream {
 
     private func serve(
         inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
-        session: any RecognitionStream, clock: StreamClock,
+        session: any RecognitionStream, slot: Slots.Lease, clock: StreamClock,
         outgoing: (stream: AsyncStream<WebSocketFrame>, continuation: AsyncStream<WebSocketFrame>.Continuation),
         signals: (stream: AsyncStream<Signal>, continuation: AsyncStream<Signal>.Continuation), logger: Logger
     ) async {
@@ -151,6 +151,8 @@ struct ListenStream {
                                     ServerMessages.metadata(
                                         requestID: requestID, created: created, duration: seconds(),
                                         model: settings.model)))
+                        case .releaseSlot:
+                            slot.release()
                         case .sendClose(let code, let reason):
                             out.yield(Frames.close(code, reason))
                         case .endOutput:

@@ -41,6 +41,9 @@ public struct StreamMachine: Sendable {
         /// Nothing more goes out after what was queued.
         case endOutput
         case startTimer(Timer)
+        /// The session has ended and the close frame is queued: the stream no longer counts
+        /// against `max_streams`, so a client that read the close may connect again at once.
+        case releaseSlot
         /// The stream is over: leave the loop (the socket closes).
         case stop
     }
@@ -54,12 +57,20 @@ public struct StreamMachine: Sendable {
     private var closed = false
     private var writerDone = false
     private var clientClosed = false
+    private var slotReleased = false
 
     public init(idleTimeoutSeconds: Int64) {
         self.idleTimeoutSeconds = idleTimeoutSeconds
     }
 
     public mutating func handle(_ event: Event) -> [Action] {
+        let actions = respond(to: event)
+        guard closed, sessionEnded, !slotReleased else { return actions }
+        slotReleased = true
+        return [.releaseSlot] + actions
+    }
+
+    private mutating func respond(to event: Event) -> [Action] {
         switch event {
         case .closeStream, .shutdown:
             guard flushCode == nil, !closed else { return [] }

@@ -79,7 +79,7 @@ struct ListenServerProtocolTests {
         }
     }
 
-    @Test func oneStreamMoreThanMaxStreamsGets429AndAFreedSlotIsReused() async throws {
+    @Test func oneStreamMoreThanMaxStreamsGets429AndAClosedStreamsSlotIsFreeAtOnce() async throws {
         let settings = ListenServerSettings(host: "127.0.0.1", port: 0, maxStreams: 2)
         try await withServer(settings, recognizer: FakeRecognizer()) { server in
             let first = try await ListenClient.connect(server)
@@ -90,7 +90,8 @@ struct ListenServerProtocolTests {
             #expect(refusal?.body.contains("TOO_MANY_REQUESTS") == true)
             first.connection.send(text: #"{"type":"CloseStream"}"#)
             #expect(await first.connection.end == .closed(code: 1000, reason: ""))
-            try await waitFor { server.openStreams == 1 }
+            // The slot is free before the close frame goes out: a client may reconnect at once.
+            #expect(server.openStreams == 1)
             let third = try await ListenClient.connect(server)
             second.connection.abort()
             third.connection.abort()

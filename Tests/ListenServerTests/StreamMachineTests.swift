@@ -11,7 +11,8 @@ struct StreamMachineTests {
         #expect(machine.handle(.idle) == [])
         #expect(
             machine.handle(.sessionEnded(failure: nil)) == [
-                .sendMetadata, .sendClose(code: 1000, reason: ""), .endOutput, .startTimer(.closeHandshake),
+                .releaseSlot, .sendMetadata, .sendClose(code: 1000, reason: ""), .endOutput,
+                .startTimer(.closeHandshake),
             ])
         #expect(machine.handle(.flushTimeout) == [])
         #expect(machine.handle(.writerDone) == [])
@@ -31,25 +32,26 @@ struct StreamMachineTests {
         var machine = StreamMachine(idleTimeoutSeconds: 10)
         let actions = machine.handle(.idle)
         #expect(actions.first == .cancelSession)
+        #expect(!actions.contains(.releaseSlot), "the session has not ended yet")
         guard case .sendClose(let code, let reason) = actions.dropFirst().first else {
             Issue.record("no close: \(actions)")
             return
         }
         #expect(code == 1011)
         #expect(reason.hasPrefix("NET-0001") && reason.contains("10 seconds"))
-        // The session's end after the cancel sends nothing more.
-        #expect(machine.handle(.sessionEnded(failure: nil)) == [])
+        // The session's end after the cancel sends nothing more; the stream's slot is free.
+        #expect(machine.handle(.sessionEnded(failure: nil)) == [.releaseSlot])
     }
 
     @Test func anEngineFailureOrUnaskedEndIs1011NET0000() {
         var failed = StreamMachine(idleTimeoutSeconds: 10)
         #expect(
             failed.handle(.sessionEnded(failure: "backlog")) == [
-                .sendClose(code: 1011, reason: "NET-0000: backlog"), .endOutput, .startTimer(.closeHandshake),
+                .releaseSlot, .sendClose(code: 1011, reason: "NET-0000: backlog"), .endOutput, .startTimer(.closeHandshake),
             ])
         var ended = StreamMachine(idleTimeoutSeconds: 10)
         let actions = ended.handle(.sessionEnded(failure: nil))
-        #expect(actions.first == .sendMetadata)
+        #expect(actions.prefix(2) == [.releaseSlot, .sendMetadata])
         #expect(actions.contains(.sendClose(code: 1011, reason: "NET-0000: the local engine ended the stream")))
     }
 
@@ -59,7 +61,7 @@ struct StreamMachineTests {
             closing.handle(.clientClosed(code: 1005)) == [
                 .cancelSession, .sendClose(code: 1000, reason: ""), .endOutput, .startTimer(.closeHandshake),
             ])
-        #expect(closing.handle(.sessionEnded(failure: nil)) == [])
+        #expect(closing.handle(.sessionEnded(failure: nil)) == [.releaseSlot])
         #expect(closing.handle(.writerDone) == [.stop])
 
         var vanishing = StreamMachine(idleTimeoutSeconds: 10)

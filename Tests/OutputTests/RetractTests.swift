@@ -26,22 +26,10 @@ struct RetractTests {
         #expect(await typed(output, " again") == nil)
         try await window.waitForText("Hello again")
         // The focus moves to another window: what was typed is no longer before its cursor.
-        let other = try await Self.focusAnotherWindow(window.environment)
+        let other = try await openFocusedXterm(
+            environment: window.environment, title: "sttd-other-\(UInt32.random(in: 0...UInt32.max))")
         defer { other.stop() }
         #expect(try await retracted(output, " again").get() == false, "its window lost the focus")
         #expect(window.text == "Hello again")
-    }
-
-    /// An xterm that takes the keyboard focus.
-    static func focusAnotherWindow(_ environment: [String: String]) async throws -> ChildProcess {
-        let xterm = try requireTool("xterm", package: "xterm")
-        let xdotool = try requireTool("xdotool", package: "xdotool")
-        let title = "sttd-other-\(UInt32.random(in: 0...UInt32.max))"
-        let terminal = try ChildProcess(xterm, ["-title", title, "-e", "sleep", "600"], environment: environment)
-        let found = try await run(xdotool, ["search", "--sync", "--name", title], environment: environment, timeout: 20)
-        let window = try #require(found.stdout.split(whereSeparator: \.isNewline).first.map(String.init), "\(found)")
-        let focused = try await run(xdotool, ["windowfocus", "--sync", window], environment: environment, timeout: 10)
-        try #require(focused.status == 0, "\(focused)")
-        return terminal
     }
 }

@@ -100,20 +100,11 @@ public final class IBusDesktop: @unchecked Sendable {
     /// Opens an xterm that uses no input method (this desktop runs no XIM server) and gives it
     /// the keyboard focus: a window the engine never hears of. It closes with the desktop.
     public func focusWindowWithoutInputMethod() async throws {
-        let xterm = try requireTool("xterm", package: "xterm")
-        let xdotool = try requireTool("xdotool", package: "xdotool")
-        let title = "sttd-no-im-\(UInt32.random(in: 0...UInt32.max))"
         var environment = environment
         environment["XMODIFIERS"] = ""
-        let terminal = try ChildProcess(xterm, ["-title", title, "-e", "sleep", "600"], environment: environment)
+        let terminal = try await openFocusedXterm(
+            environment: environment, title: "sttd-no-im-\(UInt32.random(in: 0...UInt32.max))")
         terminals.withLock { $0.append(terminal) }
-        let found = try await run(xdotool, ["search", "--sync", "--name", title], environment: environment, timeout: 20)
-        guard let window = found.stdout.split(whereSeparator: \.isNewline).first.map(String.init) else {
-            throw MissingPrerequisite(description: "the xterm did not show: \(found.stderr)")
-        }
-        let focused = try await run(
-            xdotool, ["windowfocus", "--sync", window], environment: environment, timeout: 10)
-        guard focused.status == 0 else { throw MissingPrerequisite(description: "cannot focus the xterm: \(focused.stderr)") }
     }
 
     /// Stops ibus-daemon (and so its engine) and lets the next test have the desktop.
