@@ -2,7 +2,8 @@
 #   make demo       dictate recorded speech through a virtual microphone (headless is fine)
 #   make test       install what the tests need, build, and run the whole suite, then install
 #                   the package (make deb) into a fresh Debian root and dictate there
-#   make install    install for the current user (PREFIX=$(HOME)/.local)
+#   make install    install what building and running need, then sttd for the current user
+#                   (PREFIX=$(HOME)/.local); BUILD_DIR=dir installs binaries built there already
 #   make bench      measure a release build; writes bench/results.json and bench/results.md
 #   make deb        build sttd_<version>_<arch>.deb (no Swift toolchain needed to run it)
 
@@ -11,6 +12,11 @@ BINDIR ?= $(PREFIX)/bin
 DATADIR ?= $(PREFIX)/share
 SYSTEMD_USER_DIR ?= $(HOME)/.config/systemd/user
 ZSH_COMPLETION_DIR ?= $(DATADIR)/zsh/site-functions
+# ibus-daemon reads component files from IBUS_COMPONENT_PATH, else from this folder only.
+IBUS_SYSTEM_COMPONENTS ?= /usr/share/ibus/component
+# The login's environment (systemd's environment.d): lists $(DATADIR)/ibus/component for ibus-daemon.
+ENVIRONMENT_D ?= $(or $(XDG_CONFIG_HOME),$(HOME)/.config)/environment.d
+IBUS_ENVIRONMENT_FILE = $(ENVIRONMENT_D)/60-sttd-ibus.conf
 # Where install-files takes the binaries from (scripts/deb points it at a static build).
 BUILD_DIR ?= .build/release
 SWIFT ?= swift
@@ -18,12 +24,12 @@ SWIFT ?= swift
 SHERPA_ENGINE ?= sherpa-onnx-2.0.1
 SHERPA_MODEL ?= moonshine-base-en-0.1.4-q8
 
-.PHONY: all build release setup test demo bench install install-files deb uninstall clean
+.PHONY: all build release setup test demo bench install install-files install-ibus-path deb uninstall clean
 
 all: build
 
 setup:
-	scripts/setup
+	scripts/setup build
 
 build: setup
 	$(SWIFT) build
@@ -32,6 +38,7 @@ release: setup
 	$(SWIFT) build -c release
 
 test: build
+	scripts/setup test
 	$(SWIFT) build --build-tests
 	scripts/sdk-setup
 	SWIFT=$(SWIFT) scripts/run-tests
@@ -43,11 +50,16 @@ bench: release
 	STTD_BUILD_DIR=$(CURDIR)/.build/release scripts/test-env scripts/desktop-env .build/release/sttd-bench
 
 demo: build
+	scripts/setup demo
 	scripts/test-env scripts/demo .build/debug
 
-install: release install-files
+install:
+	scripts/setup $(if $(filter .build/release,$(BUILD_DIR)),build) run
+	$(if $(filter .build/release,$(BUILD_DIR)),$(SWIFT) build -c release)
+	$(MAKE) --no-print-directory install-files install-ibus-path
 	@systemctl --user daemon-reload 2>/dev/null || true
 	@echo "Installed. Start it with: systemctl --user enable --now sttd   (or just run: sttctl status)"
+	@echo "Dictation (the input method) is listed in your input sources after you log out and in again."
 
 deb:
 	scripts/deb
@@ -78,6 +90,21 @@ install-files:
 	$(BUILD_DIR)/sttctl --generate-completion-script zsh > $(DESTDIR)$(ZSH_COMPLETION_DIR)/_sttctl
 	$(BUILD_DIR)/sttctl --generate-completion-script fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
 
+# Lets ibus-daemon find the component outside /usr/share, from the next login on: the login's
+# environment lists both folders (setting IBUS_COMPONENT_PATH replaces ibus's default folder),
+# and ibus's registry cache is rebuilt with them (ibus-daemon trusts a cache whose folders did
+# not change, so one written before would hide Dictation).
+install-ibus-path:
+	@if [ "$(DATADIR)/ibus/component" = "$(IBUS_SYSTEM_COMPONENTS)" ]; then exit 0; fi; \
+	install -d "$(ENVIRONMENT_D)" && \
+	printf '%s\n' "# Written by sttd's make install: ibus-daemon reads sttd's input method (Dictation) here too." \
+		'IBUS_COMPONENT_PATH=$${IBUS_COMPONENT_PATH:-$(IBUS_SYSTEM_COMPONENTS)}:$(DATADIR)/ibus/component' \
+		> "$(IBUS_ENVIRONMENT_FILE)" && \
+	echo "make install: wrote $(IBUS_ENVIRONMENT_FILE) (read at your next login)"; \
+	if command -v ibus >/dev/null; then \
+		IBUS_COMPONENT_PATH="$(IBUS_SYSTEM_COMPONENTS):$(DATADIR)/ibus/component" ibus write-cache; \
+	fi
+
 uninstall:
 	@systemctl --user disable --now sttd 2>/dev/null || true
 	rm -f $(DESTDIR)$(BINDIR)/sttd $(DESTDIR)$(BINDIR)/sttctl $(DESTDIR)$(BINDIR)/sttd-ibus \
@@ -89,6 +116,12 @@ uninstall:
 		$(DESTDIR)$(ZSH_COMPLETION_DIR)/_sttctl \
 		$(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
 	rm -rf $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE) $(DESTDIR)$(DATADIR)/sttd/models/$(SHERPA_MODEL)
+	@# Folders install made, where nothing else is left (history stays in $(DATADIR)/sttd).
+	-@rmdir $(DESTDIR)$(PREFIX)/lib/sttd $(DESTDIR)$(DATADIR)/sttd/models $(DESTDIR)$(DATADIR)/ibus/component 2>/dev/null
+	@if [ -z "$(DESTDIR)" ] && [ -f "$(IBUS_ENVIRONMENT_FILE)" ]; then \
+		rm -f "$(IBUS_ENVIRONMENT_FILE)"; \
+		if command -v ibus >/dev/null; then IBUS_COMPONENT_PATH="$(IBUS_SYSTEM_COMPONENTS)" ibus write-cache; fi; \
+	fi
 	@systemctl --user daemon-reload 2>/dev/null || true
 
 clean:

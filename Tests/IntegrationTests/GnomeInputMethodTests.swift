@@ -16,9 +16,15 @@ extension Integration {
             let sttd = try await SttdFixture(environment: GnomeDesktop.sttdEnvironment)
             let desktop = try await GnomeDesktop.start(for: sttd)
             defer { desktop.close() }
+            try await Self.dictateIntoAField(sttd, desktop)
+        }
+
+        /// Dictates a LibriVox clip into a focused GTK field: the Stop reply arrives in the field,
+        /// after preedit showed the words being spoken.
+        static func dictateIntoAField(_ sttd: SttdFixture, _ desktop: GnomeDesktop) async throws {
             let field = try await desktop.openField()
             defer { field.close() }
-            try await InputMethodTests.waitForInputMethod(sttd, "focused")
+            try await InputMethodTests.waitForInputMethod(sttd, "focused", context: desktop.log)
 
             let start = try sttd.sttctl(["start", "--output", "type"])
             #expect(start.status == 0, "\(start)")

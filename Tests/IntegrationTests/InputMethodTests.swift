@@ -38,12 +38,14 @@ extension Integration {
             }
         }
 
-        static func waitForInputMethod(_ sttd: SttdFixture, _ expected: String) async throws {
+        static func waitForInputMethod(
+            _ sttd: SttdFixture, _ expected: String, context: @autoclosure () -> String = ""
+        ) async throws {
             let reached = try await happens(within: .seconds(15)) {
                 try await sttd.property("InputMethod") == .string(expected)
             }
             let now = try await sttd.property("InputMethod")
-            try #require(reached, "InputMethod is \(String(describing: now)), not \(expected)")
+            try #require(reached, "InputMethod is \(String(describing: now)), not \(expected)\n\(context())")
         }
 
         static func streamingServer() async throws -> (DeepgramTestServer, String, [String: String]) {

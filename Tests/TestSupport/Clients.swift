@@ -11,7 +11,7 @@ public enum PythonClient {
         let check = try TestSupport.run(python, ["-c", "import dbus, dbus.lowlevel"], timeout: 30)
         guard check.status == 0 else {
             throw MissingPrerequisite(
-                description: "dbus-python is missing: run `sudo scripts/setup` (Debian package python3-dbus)")
+                description: "dbus-python is missing: run `sudo scripts/setup test` (Debian package python3-dbus)")
         }
         let path = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("Clients/\(script)").path

@@ -17,7 +17,7 @@ public enum DesktopKind: String, Sendable, CaseIterable, CustomStringConvertible
             guard let value = outer[name], !value.isEmpty else {
                 throw MissingPrerequisite(
                     description:
-                        "\(name) is not set: run the tests under scripts/desktop-env (scripts/run-tests and `make test` do), after `sudo scripts/setup`"
+                        "\(name) is not set: run the tests under scripts/desktop-env (scripts/run-tests and `make test` do), after `sudo scripts/setup test`"
                 )
             }
             return value

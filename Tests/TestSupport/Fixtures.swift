@@ -13,14 +13,14 @@ public func requireTool(_ name: String, package: String) throws -> String {
         if FileManager.default.isExecutableFile(atPath: candidate) { return candidate }
     }
     throw MissingPrerequisite(
-        description: "'\(name)' is not installed: run `sudo scripts/setup` (Debian package \(package))")
+        description: "'\(name)' is not installed: run `sudo scripts/setup test` (Debian package \(package))")
 }
 
 /// Fails loudly if a file a test needs is missing.
 public func requireFile(_ path: String, package: String) throws -> String {
     guard FileManager.default.fileExists(atPath: path) else {
         throw MissingPrerequisite(
-            description: "\(path) is missing: run `sudo scripts/setup` (Debian package \(package))")
+            description: "\(path) is missing: run `sudo scripts/setup test` (Debian package \(package))")
     }
     return path
 }
@@ -118,10 +118,14 @@ public final class PrivateBus: @unchecked Sendable {
     public let directory: String
     private let process: ChildProcess
 
-    /// Starts a bus; `serviceDirectory` enables activation from the files in it.
-    public init(serviceDirectory: String? = nil, environment: [String: String] = [:]) throws {
+    /// Starts a bus; `serviceDirectory` enables activation from the files in it. A bus that
+    /// admits every user also serves processes a test runs as another user (``LoginUser``).
+    public init(
+        serviceDirectory: String? = nil, environment: [String: String] = [:], admitsEveryUser: Bool = false
+    ) throws {
         let daemon = try requireTool("dbus-daemon", package: "dbus-daemon")
         directory = try makeTemporaryDirectory("sttd-bus")
+        if admitsEveryUser { chmod(directory, 0o755) }
         let servicedir = serviceDirectory.map { "<servicedir>\($0)</servicedir>" } ?? ""
         let config = """
             <!DOCTYPE busconfig PUBLIC "-//freedesktop//DTD D-Bus Bus Configuration 1.0//EN"
@@ -135,6 +139,7 @@ public final class PrivateBus: @unchecked Sendable {
               <limit name="max_connections_per_user">100000</limit>
               <limit name="max_replies_per_connection">50000</limit>
               <policy context="default">
+                \(admitsEveryUser ? "<allow user=\"*\"/>" : "")
                 <allow send_destination="*" eavesdrop="true"/>
                 <allow eavesdrop="true"/>
                 <allow own="*"/>

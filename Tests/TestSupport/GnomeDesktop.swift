@@ -43,20 +43,33 @@ public final class GnomeDesktop: @unchecked Sendable {
     static let engine = "sttd"
     static let extensionID = "sttd-test@sttd.github.io"
 
-    /// Starts gnome-shell for `sttd` (started with ``sttdEnvironment``) and selects Dictation.
-    /// Fails loudly when a part is missing.
-    public static func start(for sttd: SttdFixture) async throws -> GnomeDesktop {
-        try await GnomeDesktop(sttd: sttd)
+    /// A login of a user other than the test's: gnome-shell (and so ibus-daemon and the engine)
+    /// runs as `user`, in the environment their login gets, with their home, caches and config.
+    /// The fixture then names no component: ibus-daemon finds sttd's where the install put it.
+    public struct Login: Sendable {
+        public let user: LoginUser
+        public let environment: [String: String]
+
+        public init(user: LoginUser, environment: [String: String]) {
+            self.user = user
+            self.environment = environment
+        }
     }
 
-    private init(sttd: SttdFixture) async throws {
+    /// Starts gnome-shell for `sttd` (started with ``sttdEnvironment``) and selects Dictation.
+    /// Fails loudly when a part is missing.
+    public static func start(for sttd: SttdFixture, login: Login? = nil) async throws -> GnomeDesktop {
+        try await GnomeDesktop(sttd: sttd, login: login)
+    }
+
+    private init(sttd: SttdFixture, login: Login?) async throws {
         let gnomeShell = try requireTool("gnome-shell", package: "gnome-shell")
         _ = try requireTool("ibus-daemon", package: "ibus")
         let python = try requireFile("/usr/bin/python3", package: "python3")
         let dbusmock = try await run(python, ["-c", "import dbusmock"], timeout: 30)
         guard dbusmock.status == 0 else {
             throw MissingPrerequisite(
-                description: "python3-dbusmock is missing: run `sudo scripts/setup` (Debian package python3-dbusmock)")
+                description: "python3-dbusmock is missing: run `sudo scripts/setup test` (Debian package python3-dbusmock)")
         }
         guard sttd.environment["WAYLAND_DISPLAY"] == Self.display, let runtime = sttd.environment["XDG_RUNTIME_DIR"],
             let session = sttd.environment["DBUS_SESSION_BUS_ADDRESS"]
@@ -65,38 +78,50 @@ public final class GnomeDesktop: @unchecked Sendable {
         }
         let directory = try makeTemporaryDirectory("sttd-gnome")
         self.directory = directory
-        let xml = try await run(try builtExecutable("sttd-ibus"), ["--component-xml"])
-        guard xml.status == 0 else {
-            throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)")
-        }
-        try FileManager.default.createDirectory(atPath: "\(directory)/component", withIntermediateDirectories: true)
-        try xml.stdout.write(toFile: "\(directory)/component/sttd.xml", atomically: true, encoding: .utf8)
+        chmod(directory, 0o755)
         try Self.writeExtension(to: "\(directory)/share/gnome-shell/extensions/\(Self.extensionID)")
-        let config = sttd.environment["XDG_CONFIG_HOME"] ?? "\(sttd.home)/config"
-        try FileManager.default.createDirectory(
-            atPath: "\(config)/glib-2.0/settings", withIntermediateDirectories: true)
         // GSettings' keyfile backend reads these; they are the keys Settings → Keyboard writes.
-        try """
-        [org/gnome/desktop/input-sources]
-        sources=[('xkb', 'us'), ('ibus', '\(Self.engine)')]
+        let settings = """
+            [org/gnome/desktop/input-sources]
+            sources=[('xkb', 'us'), ('ibus', '\(Self.engine)')]
 
-        [org/gnome/shell]
-        enabled-extensions=['\(Self.extensionID)']
-        """.write(toFile: "\(config)/glib-2.0/settings/keyfile", atomically: true, encoding: .utf8)
-
-        let systemBus = try PrivateBus()
+            [org/gnome/shell]
+            enabled-extensions=['\(Self.extensionID)']
+            """
+        let systemBus = try PrivateBus(admitsEveryUser: login != nil)
         self.systemBus = systemBus
-        let outer = ProcessInfo.processInfo.environment
         var environment: [String: String] = [
-            "PATH": outer["PATH"] ?? "/usr/bin:/bin", "HOME": sttd.home, "XDG_CONFIG_HOME": config,
-            "XDG_DATA_HOME": sttd.environment["XDG_DATA_HOME"] ?? "\(sttd.home)/data",
-            "XDG_CACHE_HOME": "\(directory)/cache", "XDG_RUNTIME_DIR": runtime,
             "XDG_DATA_DIRS": "\(directory)/share:/usr/local/share:/usr/share",
             "DBUS_SESSION_BUS_ADDRESS": session, "DBUS_SYSTEM_BUS_ADDRESS": systemBus.address,
             "GSETTINGS_BACKEND": "keyfile", "NO_AT_BRIDGE": "1", "LC_ALL": "C.UTF-8",
-            // ibus-daemon (started by gnome-shell, with its environment) reads sttd's component here.
-            "IBUS_COMPONENT_PATH": "/usr/share/ibus/component:\(directory)/component",
         ]
+        if let login {
+            environment.merge(login.environment) { own, _ in own }
+            let userRuntime = try makeTemporaryDirectory("sttd-gnome-runtime")
+            chmod(userRuntime, 0o700)
+            chown(userRuntime, login.user.uid, login.user.gid)
+            environment["XDG_RUNTIME_DIR"] = userRuntime
+            try login.user.write(settings, to: "\(login.user.home)/.config/glib-2.0/settings/keyfile")
+        } else {
+            let xml = try await run(try builtExecutable("sttd-ibus"), ["--component-xml"])
+            guard xml.status == 0 else {
+                throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)")
+            }
+            try FileManager.default.createDirectory(
+                atPath: "\(directory)/component", withIntermediateDirectories: true)
+            try xml.stdout.write(toFile: "\(directory)/component/sttd.xml", atomically: true, encoding: .utf8)
+            let config = sttd.environment["XDG_CONFIG_HOME"] ?? "\(sttd.home)/config"
+            try FileManager.default.createDirectory(
+                atPath: "\(config)/glib-2.0/settings", withIntermediateDirectories: true)
+            try settings.write(toFile: "\(config)/glib-2.0/settings/keyfile", atomically: true, encoding: .utf8)
+            environment.merge([
+                "PATH": ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin", "HOME": sttd.home,
+                "XDG_CONFIG_HOME": config, "XDG_DATA_HOME": sttd.environment["XDG_DATA_HOME"] ?? "\(sttd.home)/data",
+                "XDG_CACHE_HOME": "\(directory)/cache", "XDG_RUNTIME_DIR": runtime,
+                // ibus-daemon (started by gnome-shell, with its environment) reads sttd's component here.
+                "IBUS_COMPONENT_PATH": "/usr/share/ibus/component:\(directory)/component",
+            ]) { own, _ in own }
+        }
         let logind = try ChildProcess(
             python, ["-m", "dbusmock", "--template", "logind", "--system"], environment: environment,
             stdout: "\(directory)/logind.log", stderr: "\(directory)/logind.log")
@@ -114,17 +139,19 @@ public final class GnomeDesktop: @unchecked Sendable {
         }
 
         environment["XDG_SESSION_TYPE"] = "wayland"
+        let shellArguments = [
+            "--headless", "--wayland", "--no-x11", "--virtual-monitor", "1024x768", "--wayland-display", Self.display,
+        ]
+        let (program, arguments) = try login?.user.command(gnomeShell, shellArguments) ?? (gnomeShell, shellArguments)
         shell = try ChildProcess(
-            gnomeShell,
-            [
-                "--headless", "--wayland", "--no-x11", "--virtual-monitor", "1024x768",
-                "--wayland-display", Self.display,
-            ],
-            environment: environment, stdout: "\(directory)/gnome-shell.log", stderr: "\(directory)/gnome-shell.log")
+            program, arguments, environment: environment, stdout: "\(directory)/gnome-shell.log",
+            stderr: "\(directory)/gnome-shell.log")
         var client = environment.filter {
             ["PATH", "HOME", "XDG_RUNTIME_DIR", "XDG_DATA_DIRS", "DBUS_SESSION_BUS_ADDRESS", "NO_AT_BRIDGE", "LC_ALL"]
                 .contains($0.key)
         }
+        // The test's windows write nothing into another user's home.
+        if login != nil { client["HOME"] = directory }
         client["WAYLAND_DISPLAY"] = Self.display
         client["GDK_BACKEND"] = "wayland"
         client["XDG_CONFIG_HOME"] = "\(directory)/client-config"

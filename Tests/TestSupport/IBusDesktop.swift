@@ -40,7 +40,7 @@ public final class IBusDesktop: @unchecked Sendable {
             })
         else {
             throw MissingPrerequisite(
-                description: "GTK 3's IBus module is missing: `sudo apt install ibus-gtk3` (scripts/setup)")
+                description: "GTK 3's IBus module is missing: `sudo apt install ibus-gtk3` (scripts/setup test)")
         }
         directory = try makeTemporaryDirectory("sttd-ibus")
         try FileManager.default.createDirectory(atPath: "\(directory)/component", withIntermediateDirectories: true)

@@ -16,17 +16,21 @@ public final class SttdFixture: @unchecked Sendable {
     public let home: String
     public private(set) var sttd: ChildProcess
     public let environment: [String: String]
+    /// Who sttd and `sttctl` run as: the test's own user, or a ``LoginUser`` (then the bus admits
+    /// every user, and properties are read as that user).
+    public let user: LoginUser?
 
     /// Starts everything; `config` is written to the config file if given.
     /// `prepare` runs with the home folder before sttd starts (e.g. to seed its data).
     public init(
         config: String? = nil, environment extra: [String: String] = [:], sharedMemoryAudio: Bool = false,
-        prepare: (String) throws -> Void = { _ in }
+        runAs user: LoginUser? = nil, prepare: (String) throws -> Void = { _ in }
     ) async throws {
+        self.user = user
         home = try makeTemporaryDirectory("sttd-home")
         try prepare(home)
         pulse = try HeadlessPulse(sharedMemory: sharedMemoryAudio)
-        bus = try PrivateBus()
+        bus = try PrivateBus(admitsEveryUser: user != nil)
         var env = ProcessInfo.processInfo.environment
         env.merge(pulse.clientEnvironment) { $1 }
         env["DBUS_SESSION_BUS_ADDRESS"] = bus.address
@@ -41,7 +45,12 @@ public final class SttdFixture: @unchecked Sendable {
             try config.write(toFile: "\(home)/config/sttd/config.toml", atomically: true, encoding: .utf8)
         }
         environment = env
-        sttd = try ChildProcess(try builtExecutable("sttd"), [], environment: env, stderr: "\(home)/sttd.log")
+        if let user {
+            let owned = try await run(
+                try requireTool("chown", package: "coreutils"), ["-R", "\(user.uid):\(user.gid)", home])
+            guard owned.status == 0 else { throw MissingPrerequisite(description: "chown \(home): \(owned.stderr)") }
+        }
+        sttd = try Self.startService(environment: env, home: home, as: user)
         client = try await DBusConnection.connect(to: .address(bus.address))
         try await waitForService()
     }
@@ -71,8 +80,16 @@ public final class SttdFixture: @unchecked Sendable {
         guard await sttd.exit(timeout: .seconds(10)) != nil else {
             throw WaitTimedOut("sttd to exit on signal \(signal) before its restart", after: .seconds(10))
         }
-        sttd = try ChildProcess(try builtExecutable("sttd"), [], environment: environment, stderr: "\(home)/sttd.log")
+        sttd = try Self.startService(environment: environment, home: home, as: user)
         try await waitForService()
+    }
+
+    private static func startService(environment: [String: String], home: String, as user: LoginUser?) throws
+        -> ChildProcess
+    {
+        let sttd = try builtExecutable("sttd")
+        let (program, arguments) = try user?.command(sttd, []) ?? (sttd, [])
+        return try ChildProcess(program, arguments, environment: environment, stderr: "\(home)/sttd.log")
     }
 
     /// Calls a method of the main interface.
@@ -86,8 +103,22 @@ public final class SttdFixture: @unchecked Sendable {
     }
 
     public func property(_ name: String) async throws -> DBusValue? {
-        try await call("Get", [.string(Self.interface), .string(name)], interface: "org.freedesktop.DBus.Properties")
-            .first?.variantValue
+        if let user { return try await property(name, as: user) }
+        return try await call(
+            "Get", [.string(Self.interface), .string(name)], interface: "org.freedesktop.DBus.Properties"
+        ).first?.variantValue
+    }
+
+    /// A string property read by `busctl` run as `user` (sttd answers another user as a stranger).
+    private func property(_ name: String, as user: LoginUser) async throws -> DBusValue? {
+        let busctl = try requireTool("busctl", package: "systemd")
+        let got = try await user.run(
+            busctl, ["--address=\(bus.address)", "get-property", Self.name, Self.path, Self.interface, name],
+            environment: environment, timeout: 30)
+        guard got.status == 0, got.stdout.hasPrefix("s \""), let value = try? JSONDecoder().decode(
+            String.self, from: Data(got.stdout.dropFirst(2).trimmingCharacters(in: .whitespacesAndNewlines).utf8))
+        else { throw MissingPrerequisite(description: "busctl get-property \(name): \(got)") }
+        return .string(value)
     }
 
     public func set(_ name: String, _ value: DBusValue) async throws {
@@ -106,7 +137,9 @@ public final class SttdFixture: @unchecked Sendable {
 
     /// Runs `sttctl` against this service.
     public func sttctl(_ arguments: [String], timeout: TimeInterval = 60) throws -> CommandResult {
-        try run(try builtExecutable("sttctl"), arguments, environment: environment, timeout: timeout)
+        let sttctl = try builtExecutable("sttctl")
+        let (program, arguments) = try user?.command(sttctl, arguments) ?? (sttctl, arguments)
+        return try run(program, arguments, environment: environment, timeout: timeout)
     }
 
     deinit {
