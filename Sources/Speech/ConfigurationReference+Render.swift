@@ -36,9 +36,10 @@ extension Configuration {
         text.replacingOccurrences(of: "|", with: "\\|")
     }
 
-    /// Backslashes and hyphens escaped; a leading dot or quote would start a request.
+    /// Backslashes, hyphens and arrows escaped (groff wants ASCII); a leading dot or quote would start a request.
     static func roff(_ text: String) -> String {
         let escaped = text.replacingOccurrences(of: "\\", with: "\\e").replacingOccurrences(of: "-", with: "\\-")
+            .replacingOccurrences(of: "→", with: "\\(->")
         return escaped.hasPrefix(".") || escaped.hasPrefix("'") ? "\\&" + escaped : escaped
     }
 

@@ -96,6 +96,7 @@ struct ConfigurationReferenceTests {
         }
         #expect(!page.contains("\n\n"), "a blank line in roff is a paragraph break groff warns about")
         #expect(page.hasPrefix(".TH STTD.CONF 5"))
+        #expect(page.unicodeScalars.allSatisfy { $0.isASCII }, "groff warns on other characters")
     }
 }
 
