@@ -40,12 +40,9 @@ public final class HistoryStore: Sendable {
     public let path: String
     private let database: DatabaseQueue
 
-    /// `$XDG_DATA_HOME/sttd/history.sqlite`, else `~/.local/share/sttd/history.sqlite`.
+    /// `history.sqlite` in ``DataDirectory``.
     public static func defaultPath(environment: [String: String] = ProcessInfo.processInfo.environment) -> String {
-        let dataHome =
-            environment["XDG_DATA_HOME"].flatMap { $0.hasPrefix("/") ? $0 : nil }
-            ?? "\(environment["HOME"] ?? NSHomeDirectory())/.local/share"
-        return "\(dataHome)/sttd/history.sqlite"
+        "\(DataDirectory.path(environment: environment))/history.sqlite"
     }
 
     /// Opens (creating if needed) the history for writing and brings its schema up to date.

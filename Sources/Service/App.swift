@@ -113,6 +113,7 @@ public enum SttdApp {
         } catch {
             throw StartupError(exitCode: ExitCode.failure, message: error.message)
         }
+        WritableFolders.check(configuration, environment: environment, logger: logger)
         let recognizers = recognizers ?? defaultRecognizers(configuration, environment: environment, logger: logger)
         let inputMethod = InputMethodRoute(logger: logger)
         let core = SpeechCore(

@@ -44,7 +44,8 @@ extension Configuration {
         server.apiKeyFile = try serverReader.string("api_key_file", default: server.apiKeyFile)
         server.tlsCert = try serverReader.string("tls_cert", default: server.tlsCert)
         server.tlsKey = try serverReader.string("tls_key", default: server.tlsKey)
-        server.maxStreams = try serverReader.count("max_streams", default: server.maxStreams, range: 1...64)
+        server.maxStreams = try serverReader.count(
+            "max_streams", default: server.maxStreams, range: Self.maxStreamsRange)
         server.allowedOrigins = try Self.origins(serverReader.stringList("allowed_origins"))
         try serverReader.refuseUnknownKeys()
         try Self.checkServer(server)

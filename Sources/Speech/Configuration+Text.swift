@@ -36,9 +36,7 @@ extension Configuration {
         guard let table = try reader.table("text") else { return }
         var textReader = TableReader(table: table, prefix: "text.")
         text.commands = try textReader.bool("commands", default: text.commands)
-        if table["spoken_punctuation"] != nil {
-            text.spokenPunctuation = try textReader.bool("spoken_punctuation", default: true)
-        }
+        text.spokenPunctuation = try textReader.optionalBool("spoken_punctuation")
         text.replacements = []
         for (spoken, written) in try textReader.strings(table: "replacements") {
             guard let replacement = Replacement(spoken: spoken, written: written) else {

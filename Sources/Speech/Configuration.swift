@@ -201,29 +201,27 @@ public struct Configuration: Sendable, Equatable {
         consent = try reader.choice("consent", default: consent)
         consentTimeoutMilliseconds = try reader.milliseconds(
             "consent_timeout_ms", default: consentTimeoutMilliseconds, allowZero: false)
-        guard consentTimeoutMilliseconds <= 20_000 else {
+        guard consentTimeoutMilliseconds <= Self.consentTimeoutMaximum else {
             throw ConfigurationError(
-                "consent_timeout_ms is \(consentTimeoutMilliseconds); it must be at most 20000, so the answer comes before the caller's D-Bus call times out."
+                "consent_timeout_ms is \(consentTimeoutMilliseconds); it must be at most \(Self.consentTimeoutMaximum), so the answer comes before the caller's D-Bus call times out."
             )
         }
         stopTimeoutMilliseconds = try reader.milliseconds(
             "stop_timeout_ms", default: stopTimeoutMilliseconds, allowZero: false)
         history = try reader.bool("history", default: history)
-        historyDays = try reader.count("history_days", default: historyDays, range: 0...36_500)
+        historyDays = try reader.count("history_days", default: historyDays, range: Self.historyDaysRange)
         microphoneReconnectMilliseconds = try reader.milliseconds(
             "microphone_reconnect_ms", default: microphoneReconnectMilliseconds, allowZero: true)
 
         if let localTable = try reader.table("local") {
             var localReader = TableReader(table: localTable, prefix: "local.")
             local.modelDirectory = try localReader.string("model_dir", default: local.modelDirectory)
-            if localTable["engine"] != nil {
-                local.engine = try localReader.choice("engine", default: Local.Engine.moonshine)
-            }
+            local.engine = try localReader.optionalChoice("engine")
             local.sherpaModelDirectory = try localReader.string(
                 "sherpa_model_dir", default: local.sherpaModelDirectory)
             local.sherpaModelKind = try localReader.choice("sherpa_model_kind", default: local.sherpaModelKind)
             local.unloadAfterSeconds = try localReader.count(
-                "unload_after_s", default: local.unloadAfterSeconds, range: 0...86_400)
+                "unload_after_s", default: local.unloadAfterSeconds, range: Self.unloadAfterSecondsRange)
             try localReader.refuseUnknownKeys()
         }
         if let deepgramTable = try reader.table("deepgram") {
@@ -235,12 +233,10 @@ public struct Configuration: Sendable, Equatable {
             deepgram.caFile = try dg.string("ca_file", default: deepgram.caFile)
             deepgram.params = try dg.parameters("params")
             deepgram.reconnectAttempts = try dg.count(
-                "reconnect_attempts", default: deepgram.reconnectAttempts, range: 0...100)
+                "reconnect_attempts", default: deepgram.reconnectAttempts, range: Self.reconnectAttemptsRange)
             deepgram.reconnectTimeoutMilliseconds = try dg.milliseconds(
                 "reconnect_timeout_ms", default: deepgram.reconnectTimeoutMilliseconds, allowZero: true)
-            if deepgramTable["fallback"] != nil {
-                deepgram.fallback = try dg.choice("fallback", default: StreamingFallback.local)
-            }
+            deepgram.fallback = try dg.optionalChoice("fallback")
             deepgram.fallbackAfterMilliseconds = try dg.milliseconds(
                 "fallback_after_ms", default: deepgram.fallbackAfterMilliseconds, allowZero: false)
             try dg.refuseUnknownKeys()
@@ -278,6 +274,16 @@ public struct Configuration: Sendable, Equatable {
 
     /// The longest duration a millisecond key or option takes (10 minutes).
     public static let maximumMilliseconds: UInt32 = 600_000
+    public static func millisecondsRange(allowZero: Bool) -> ClosedRange<Int> {
+        (allowZero ? 0 : 1)...Int(maximumMilliseconds)
+    }
+    /// Below D-Bus's 25 s call timeout, so the caller hears the answer.
+    public static let consentTimeoutMaximum: UInt32 = 20_000
+    // The ranges the parser enforces; the config reference documents these same values.
+    public static let historyDaysRange = 0...36_500
+    public static let unloadAfterSecondsRange = 0...86_400
+    public static let reconnectAttemptsRange = 0...100
+    public static let maxStreamsRange = 1...64
 
     /// Sessions that started before this date are pruned (`history_days`).
     public static func historyCutoff(days: Int) -> Date { Date().addingTimeInterval(-Double(days) * 86_400) }

@@ -38,7 +38,7 @@ struct TableReader {
         seen.insert(key)
         guard let raw = table[key] else { return value }
         guard raw.type == .int, let int = raw.int else { throw wrongType(key, raw, "a whole number of milliseconds") }
-        let range = (allowZero ? 0 : 1)...Int(Configuration.maximumMilliseconds)
+        let range = Configuration.millisecondsRange(allowZero: allowZero)
         guard range.contains(int) else {
             throw ConfigurationError(
                 "\(prefix)\(key) = \(int) is out of range; allowed: \(range.lowerBound) to \(range.upperBound) milliseconds."
@@ -69,6 +69,21 @@ struct TableReader {
             throw ConfigurationError("\(prefix)\(key) = \"\(string)\" is not allowed; use one of \(allowed).")
         }
         return choice
+    }
+
+    /// A choice that stays unset (nil) when the key is absent.
+    mutating func optionalChoice<T: RawRepresentable & CaseIterable>(_ key: String) throws(ConfigurationError) -> T?
+    where T.RawValue == String {
+        seen.insert(key)
+        guard table[key] != nil, let first = T.allCases.first else { return nil }
+        return try choice(key, default: first)
+    }
+
+    /// A boolean that stays unset (nil) when the key is absent.
+    mutating func optionalBool(_ key: String) throws(ConfigurationError) -> Bool? {
+        seen.insert(key)
+        guard table[key] != nil else { return nil }
+        return try bool(key, default: false)
     }
 
     mutating func table(_ key: String) throws(ConfigurationError) -> TOMLTable? {

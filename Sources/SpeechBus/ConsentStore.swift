@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import History
 import Synchronization
 
 /// A remembered per-app decision.
@@ -116,12 +117,9 @@ public final class FileConsentStore: ConsentStore {
 
     public init(path: String) { self.path = path }
 
-    /// `$XDG_DATA_HOME/sttd/consent` (or `~/.local/share/sttd/consent`).
+    /// `consent` in ``DataDirectory``, where history is too.
     public static func defaultPath(environment: [String: String]) -> String {
-        let data =
-            environment["XDG_DATA_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? "\(environment["HOME"] ?? NSHomeDirectory())/.local/share"
-        return "\(data)/sttd/consent"
+        "\(DataDirectory.path(environment: environment))/consent"
     }
 
     public var description: String { "sttd's own file \(path)" }

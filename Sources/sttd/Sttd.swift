@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import Recognition
 import Service
+import Speech
 import SpeechAPI
 
 /// The sttd service executable; all logic lives in the Service library.
@@ -33,6 +34,9 @@ struct Sttd: ParsableCommand {
     @Flag(help: "Print the D-Bus interface XML and exit.")
     var printIntrospection = false
 
+    @Option(help: "Print every config key with its default, as sttd.conf(5) (man) or Markdown (markdown), and exit.")
+    var configReference: ReferenceFormat?
+
     @Option(name: .customLong("check-model"), help: .hidden)
     var checkModel: String?
 
@@ -44,6 +48,15 @@ struct Sttd: ParsableCommand {
             print(SpeechAPI.document, terminator: "")
             return
         }
+        if let configReference {
+            let text =
+                switch configReference {
+                case .man: Configuration.referenceManPage()
+                case .markdown: Configuration.referenceMarkdown()
+                }
+            print(text, terminator: "")
+            return
+        }
         if !offlineEngineWorker.isEmpty {
             throw ExitCode(SherpaOnnxRecognizer.serveWorker(offlineEngineWorker))
         }
@@ -53,4 +66,9 @@ struct Sttd: ParsableCommand {
         let status = SttdApp.runOnEventLoops(configPath: config)
         if status != 0 { throw ExitCode(status) }
     }
+}
+
+/// The formats of `--config-reference`.
+enum ReferenceFormat: String, ExpressibleByArgument, CaseIterable {
+    case man, markdown
 }
