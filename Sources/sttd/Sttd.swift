@@ -4,8 +4,7 @@ import Recognition
 import Service
 import SpeechAPI
 
-/// The sttd service executable; all logic lives in the Service library.
-@main
+/// The sttd service command; all logic lives in the Service library.
 struct Sttd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sttd",
