@@ -70,9 +70,12 @@ install-files:
 		$(DESTDIR)$(DATADIR)/dbus-1/interfaces $(DESTDIR)$(DATADIR)/bash-completion/completions \
 		$(DESTDIR)$(ZSH_COMPLETION_DIR) $(DESTDIR)$(DATADIR)/fish/vendor_completions.d \
 		$(DESTDIR)$(DATADIR)/ibus/component
-	install -m 755 $(BUILD_DIR)/sttd $(BUILD_DIR)/sttctl $(BUILD_DIR)/sttd-ibus $(DESTDIR)$(BINDIR)/
+	@# One binary; sttctl and sttd-ibus are links to it, and the name it runs by picks the command.
+	install -m 755 $(BUILD_DIR)/sttd $(DESTDIR)$(BINDIR)/
+	ln -sfn sttd $(DESTDIR)$(BINDIR)/sttctl
+	ln -sfn sttd $(DESTDIR)$(BINDIR)/sttd-ibus
 	@# The input method's component file; ibus-daemon reads /usr/share/ibus/component (see docs/desktop.md).
-	$(BUILD_DIR)/sttd-ibus --component-xml --exec $(BINDIR)/sttd-ibus > $(DESTDIR)$(DATADIR)/ibus/component/sttd.xml
+	$(DESTDIR)$(BINDIR)/sttd-ibus --component-xml --exec $(BINDIR)/sttd-ibus > $(DESTDIR)$(DATADIR)/ibus/component/sttd.xml
 	sed 's|@bindir@|$(BINDIR)|g' systemd/sttd.service > $(DESTDIR)$(SYSTEMD_USER_DIR)/sttd.service
 	sed 's|@bindir@|$(BINDIR)|g' dbus/io.github.sttd.Speech1.service > $(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service
 	install -m 644 dbus/io.github.sttd.Speech1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/
@@ -86,9 +89,9 @@ install-files:
 	else \
 		echo "make install: no sherpa-onnx engine in .build (scripts/setup fetches it); sttd will use pocketsphinx"; \
 	fi
-	$(BUILD_DIR)/sttctl --generate-completion-script bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl
-	$(BUILD_DIR)/sttctl --generate-completion-script zsh > $(DESTDIR)$(ZSH_COMPLETION_DIR)/_sttctl
-	$(BUILD_DIR)/sttctl --generate-completion-script fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
+	$(DESTDIR)$(BINDIR)/sttctl --generate-completion-script bash > $(DESTDIR)$(DATADIR)/bash-completion/completions/sttctl
+	$(DESTDIR)$(BINDIR)/sttctl --generate-completion-script zsh > $(DESTDIR)$(ZSH_COMPLETION_DIR)/_sttctl
+	$(DESTDIR)$(BINDIR)/sttctl --generate-completion-script fish > $(DESTDIR)$(DATADIR)/fish/vendor_completions.d/sttctl.fish
 
 # Lets ibus-daemon find the component outside /usr/share, from the next login on: the login's
 # environment lists both folders (setting IBUS_COMPONENT_PATH replaces ibus's default folder),

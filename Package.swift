@@ -6,11 +6,8 @@ let strictness: [SwiftSetting] = [.enableUpcomingFeature("ExistentialAny")]
 let package = Package(
     name: "sttd",
     platforms: [.macOS(.v15)],
-    products: [
-        .executable(name: "sttd", targets: ["sttd"]),
-        .executable(name: "sttctl", targets: ["sttctl"]),
-        .executable(name: "sttd-ibus", targets: ["sttd-ibus"]),
-    ],
+    // One binary: sttctl and sttd-ibus are links to sttd, which runs the command it was named by.
+    products: [.executable(name: "sttd", targets: ["sttd"])],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.8.2"),
         .package(url: "https://github.com/apple/swift-log", from: "1.16.2"),
@@ -125,29 +122,22 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness),
-        .executableTarget(
-            name: "sttd",
-            dependencies: [
-                "Service",
-                .product(name: "ArgumentParser", package: "swift-argument-parser"),
-            ],
-            swiftSettings: strictness),
-        .executableTarget(name: "sttctl", dependencies: ["Control"], swiftSettings: strictness),
         // The input method: an IBus engine speaking IBus's D-Bus protocol through the DBus module.
         .target(
             name: "InputMethod",
             dependencies: [
                 "DBus", "SpeechAPI", "CXKBCommon",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
             ],
             swiftSettings: strictness),
+        // sttd, sttctl and sttd-ibus in one executable: each static Swift runtime cost 58-74 MB.
         .executableTarget(
-            name: "sttd-ibus",
+            name: "sttd",
             dependencies: [
-                "InputMethod", "SpeechAPI",
+                "Service", "Control", "InputMethod",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: strictness),
 

@@ -97,3 +97,38 @@ public enum ComponentFile {
             .replacingOccurrences(of: ">", with: "&gt;")
     }
 }
+
+extension ComponentFile {
+    /// The path ibus-daemon runs: the name this program was started by, made absolute but not
+    /// resolved, since `sttd-ibus` is a link to the multicall `sttd` and picks its mode by name.
+    public static func ownPath() -> String {
+        let environment = ProcessInfo.processInfo.environment
+        return ownPath(
+            argument0: CommandLine.arguments.first ?? "", workingDirectory: FileManager.default.currentDirectoryPath,
+            searchPath: environment["PATH"],
+            executable: (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? "",
+            isExecutable: FileManager.default.isExecutableFile(atPath:))
+    }
+
+    static let commandName = "sttd-ibus"
+
+    /// A name without a slash was found on `searchPath` as the shell does; failing that, the link
+    /// installed next to the binary.
+    public static func ownPath(
+        argument0: String, workingDirectory: String, searchPath: String?, executable: String,
+        isExecutable: (String) -> Bool
+    ) -> String {
+        if argument0.contains("/") {
+            let absolute = argument0.hasPrefix("/") ? argument0 : "\(workingDirectory)/\(argument0)"
+            return URL(fileURLWithPath: absolute).standardized.path
+        }
+        if !argument0.isEmpty {
+            for directory in (searchPath ?? "").split(separator: ":") where directory.hasPrefix("/") {
+                let candidate = "\(directory)/\(argument0)"
+                if isExecutable(candidate) { return candidate }
+            }
+        }
+        let directory = URL(fileURLWithPath: executable).deletingLastPathComponent().path
+        return "\(directory)/\(commandName)"
+    }
+}

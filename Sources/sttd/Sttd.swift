@@ -5,8 +5,7 @@ import Service
 import Speech
 import SpeechAPI
 
-/// The sttd service executable; all logic lives in the Service library.
-@main
+/// The sttd service command; all logic lives in the Service library.
 struct Sttd: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "sttd",

@@ -302,4 +302,22 @@ import Testing
         #expect(xml.contains("<longname>Dictation</longname>"))
         #expect(xml.contains("<layout>default</layout>"))
     }
+
+    /// `sttd-ibus` is a link to the multicall `sttd`: ibus-daemon must run the link, not the binary.
+    @Test func theComponentRunsTheNameThisProgramWasStartedBy() {
+        func ownPath(_ argument0: String, path: String? = "/nope:/usr/bin", executables: Set<String> = []) -> String {
+            ComponentFile.ownPath(
+                argument0: argument0, workingDirectory: "/home/a/src", searchPath: path,
+                executable: "/opt/sttd/bin/sttd", isExecutable: executables.contains)
+        }
+        #expect(ownPath("/usr/local/bin/sttd-ibus") == "/usr/local/bin/sttd-ibus")
+        #expect(ownPath(".build/debug/./sttd-ibus") == "/home/a/src/.build/debug/sttd-ibus")
+        #expect(ownPath("../bin/sttd-ibus") == "/home/a/bin/sttd-ibus")
+        // Started through PATH: the first directory holding it, as the shell found it.
+        #expect(ownPath("sttd-ibus", executables: ["/usr/bin/sttd-ibus"]) == "/usr/bin/sttd-ibus")
+        // Not found (or no PATH): the link installed next to the binary.
+        #expect(ownPath("sttd-ibus") == "/opt/sttd/bin/sttd-ibus")
+        #expect(ownPath("sttd-ibus", path: nil, executables: ["/usr/bin/sttd-ibus"]) == "/opt/sttd/bin/sttd-ibus")
+        #expect(ownPath("") == "/opt/sttd/bin/sttd-ibus")
+    }
 }

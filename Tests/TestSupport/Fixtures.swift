@@ -42,14 +42,31 @@ public var buildDirectory: String {
     return directory.path
 }
 
+/// The commands `make install` links to the one `sttd` binary, which runs them by name.
+public let multicallCommands: Set<String> = ["sttctl", "sttd-ibus"]
+
 /// The path of a built executable of this package, or a loud failure.
 public func builtExecutable(_ name: String) throws -> String {
     let path = "\(buildDirectory)/\(name)"
+    if multicallCommands.contains(name) { try linkToSttd(path) }
     guard FileManager.default.isExecutableFile(atPath: path) else {
         throw MissingPrerequisite(
             description: "\(path) is not built: run `swift build` before `swift test` (make test does)")
     }
     return path
+}
+
+/// `swift build` makes only `sttd`, so the links are made next to it (as relative links, like
+/// the installed ones), replacing a binary that a build from before the multicall binary left.
+func linkToSttd(_ path: String) throws {
+    guard (try? FileManager.default.destinationOfSymbolicLink(atPath: path)) != "sttd" else { return }
+    // Made aside and renamed over: tests running at once never see the name missing.
+    let aside = "\(path).\(getpid()).\(UUID().uuidString.prefix(8))"
+    try FileManager.default.createSymbolicLink(atPath: aside, withDestinationPath: "sttd")
+    guard rename(aside, path) == 0 else {
+        unlink(aside)
+        throw MissingPrerequisite(description: "cannot link \(path) to sttd: \(String(cString: strerror(errno)))")
+    }
 }
 
 /// Result of running a command to completion.

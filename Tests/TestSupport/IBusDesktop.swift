@@ -91,7 +91,8 @@ public final class IBusDesktop: @unchecked Sendable {
     /// Kills the engine (`sttd-ibus`, ibus-daemon's child) at once, as a crash would.
     public func killEngine() async throws {
         let pgrep = try requireTool("pgrep", package: "procps")
-        let found = try await run(pgrep, ["-P", "\(daemon.pid)", "-f", "sttd-ibus"], timeout: 10)
+        // By its process name: the multicall binary started through the link must run as sttd-ibus.
+        let found = try await run(pgrep, ["-P", "\(daemon.pid)", "-x", "sttd-ibus"], timeout: 10)
         let pids = found.stdout.split(whereSeparator: \.isNewline).compactMap { pid_t($0) }
         guard !pids.isEmpty else { throw MissingPrerequisite(description: "no sttd-ibus runs under ibus-daemon: \(log)") }
         for pid in pids { kill(pid, SIGKILL) }

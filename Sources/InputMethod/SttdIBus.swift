@@ -1,14 +1,12 @@
 import ArgumentParser
 import Foundation
-import InputMethod
 import Logging
 import SpeechAPI
 
-/// The IBus engine executable ibus-daemon starts from `sttd.xml`; all logic lives in InputMethod.
-@main
-struct SttdIBus: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(
-        commandName: "sttd-ibus",
+/// The IBus engine ibus-daemon starts from `sttd.xml`: the multicall `sttd` run as `sttd-ibus`.
+public struct SttdIBus: AsyncParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: ComponentFile.commandName,
         abstract: "sttd's input method: an IBus engine (\"Dictation\") that puts dictated text into the focused field.",
         discussion: """
             ibus-daemon starts it from its component file; install that with
@@ -16,7 +14,8 @@ struct SttdIBus: AsyncParsableCommand {
             """,
         version: SpeechAPI.version)
 
-    @Flag(help: "Print the IBus component file (its <exec> is this program's path, or --exec) and exit.")
+    @Flag(
+        help: "Print the IBus component file (its <exec> is the path this program was started by, or --exec) and exit.")
     var componentXml = false
 
     @Option(help: "With --component-xml: the path ibus-daemon runs instead of this program's own.")
@@ -28,10 +27,11 @@ struct SttdIBus: AsyncParsableCommand {
     @Flag(help: "Log each engine event.")
     var verbose = false
 
-    func run() async throws {
+    public init() {}
+
+    public func run() async throws {
         if componentXml {
-            let ownPath = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().path
-            print(ComponentFile.xml(exec: exec ?? ownPath), terminator: "")
+            print(ComponentFile.xml(exec: exec ?? ComponentFile.ownPath()), terminator: "")
             return
         }
         let verbose = verbose
