@@ -9,8 +9,13 @@ public struct SttdIBus: AsyncParsableCommand {
         commandName: ComponentFile.commandName,
         abstract: "sttd's input method: an IBus engine (\"Dictation\") that puts dictated text into the focused field.",
         discussion: """
-            ibus-daemon starts it from its component file; install that with
-            `sttd-ibus --component-xml > /usr/share/ibus/component/sttd.xml` (make install does it).
+            ibus-daemon starts it from its component file, sttd.xml (`sttd-ibus --component-xml` \
+            prints it). The Debian package puts that file in /usr/share/ibus/component, where \
+            ibus-daemon looks. `make install` puts it in $PREFIX/share/ibus/component and, so that \
+            ibus-daemon looks there too, writes ~/.config/environment.d/60-sttd-ibus.conf (which \
+            adds that folder to IBUS_COMPONENT_PATH) and refreshes IBus's registry cache. Log out \
+            and in again once, then add Dictation (GNOME: Settings > Keyboard > Input Sources > + \
+            > English > Dictation). `make uninstall` removes both.
             """,
         version: SpeechAPI.version)
 
