@@ -459,8 +459,10 @@ final class WebSocketServerHandler: ChannelInboundHandler {
         let bound = NIOLoopBound(context, eventLoop: context.eventLoop)
         context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: buffer)))
             .whenComplete { _ in
-                // Give the client a moment to answer the close, then end the socket.
-                bound.value.eventLoop.scheduleTask(in: .milliseconds(200)) { bound.value.close(promise: nil) }
+                // The client's answer closes the socket (.connectionClose); this bounds a client that
+                // never answers. Closing sooner would reset a busy client's socket before it read the
+                // close frame, and the test would see a dropped connection instead of the close.
+                bound.value.eventLoop.scheduleTask(in: .seconds(5)) { bound.value.close(promise: nil) }
             }
     }
 }
