@@ -17,8 +17,9 @@ struct Sttd: ParsableCommand {
             speech offline, or streams it to a Deepgram-compatible server. It normally runs as the \
             systemd user service sttd.service, started by D-Bus activation on first use.
 
-            Files: ~/.config/sttd/config.toml (the configuration, see sttd.conf(5)); \
-            ~/.local/share/sttd/history.sqlite (finals, as they arrive).
+            Files: $XDG_CONFIG_HOME/sttd/config.toml, else ~/.config/sttd/config.toml (the \
+            configuration, see sttd.conf(5)); $XDG_DATA_HOME/sttd/history.sqlite when XDG_DATA_HOME \
+            is absolute, else ~/.local/share/sttd/history.sqlite (finals, as they arrive).
             Environment: STTD_CONFIG (the configuration file), STTD_LOG_LEVEL (trace ... error), \
             STTD_API_KEY (a streaming backend's key, after api_key_file and the api-key credential).
             Exit status 78: the configuration cannot be used (the message names the key).
