@@ -219,6 +219,9 @@ extension DoctorFacts {
                 fixes.append("`sudo apt install ibus-gtk4`")
             }
         }
+        guard desktop != .none else {
+            return DoctorCheck("im-modules", .inputMethod, .ok, "\(shown): no desktop session to judge them by")
+        }
         guard !findings.isEmpty else {
             return DoctorCheck("im-modules", .inputMethod, .ok, "\(shown): apps hand their text fields to IBus")
         }
@@ -234,7 +237,9 @@ extension DoctorFacts {
             return DoctorCheck("typing-tool", .typing, .ok, "\(tool) answered without typing anything")
         case .fails(let message):
             if !hasDisplay(serviceEnvironment ?? session) {
-                return DoctorCheck("typing-tool", .typing, .problem, message, fix: Self.importDisplay)
+                return DoctorCheck(
+                    "typing-tool", .typing, .problem,
+                    "sttd has no display to type into (neither WAYLAND_DISPLAY nor DISPLAY)", fix: Self.importDisplay)
             }
             // The output module's messages end with their fix after the last ": ".
             if let split = message.range(of: ": ", options: .backwards) {

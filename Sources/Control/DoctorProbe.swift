@@ -27,7 +27,8 @@ struct DoctorProbe {
             service = .reachable(try await Self.state(of: client))
             sttdPID = try? await client.ownerPID()
         } catch let failure as ControlFailure {
-            service = .unreachable(Self.withoutPrefix(failure.message))
+            // Its first line; the fix is the check's own.
+            service = .unreachable(Self.withoutPrefix(String(failure.message.prefix { $0 != "\n" })))
         } catch {
             service = .unreachable("sttd could not be asked: \(error)")
         }
