@@ -118,7 +118,8 @@ let package = Package(
         .target(
             name: "Control",
             dependencies: [
-                "DBus", "History", "SpeechAPI",
+                // Speech for config.toml's output_tool and Output for the typing probe (`sttctl doctor`).
+                "DBus", "History", "SpeechAPI", "Speech", "Output",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ],
             swiftSettings: strictness),
@@ -190,6 +191,7 @@ let package = Package(
         .testTarget(
             name: "InputMethodTests", dependencies: ["InputMethod", "SpeechAPI", "TestSupport"],
             swiftSettings: strictness),
+        .testTarget(name: "ControlTests", dependencies: ["Control"], swiftSettings: strictness),
         .testTarget(
             name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),
         .testTarget(

@@ -20,14 +20,14 @@ public struct Sttctl: AsyncParsableCommand {
         commandName: "sttctl",
         abstract: "Control sttd, the speech-to-text service: start and stop dictation, follow the transcript.",
         discussion: """
-            Exit codes: 0 success, 1 the history cannot be read, 2 usage error, 3 service not reachable, 4 the service returned an error.
+            Exit codes: 0 success, 1 the history cannot be read (doctor: dictation would not work), 2 usage error, 3 service not reachable, 4 the service returned an error.
             Bind `sttctl toggle` to a key to get a dictation button.
             """,
         version: SpeechAPI.version,
         subcommands: [
             Start.self, Stop.self, Toggle.self, Cancel.self, Reset.self, Status.self, TranscriptCommand.self,
             Watch.self, Sources.self, Authorize.self, HistoryCommand.self, Last.self, Apps.self, Allow.self,
-            Deny.self, Forget.self,
+            Deny.self, Forget.self, Doctor.self,
         ])
 
     public init() {}

@@ -2,15 +2,18 @@ import CSttdSystem
 import Foundation
 
 /// What a tool run produced.
-struct ToolRun: Sendable {
-    var status: Int32
-    var stdout: [UInt8]
-    var stderr: String
+public struct ToolRun: Sendable {
+    public var status: Int32
+    public var stdout: [UInt8]
+    public var stderr: String
 
-    var succeeded: Bool { status == 0 }
+    public var succeeded: Bool { status == 0 }
+
+    /// Standard output as text.
+    public var output: String { String(decoding: stdout, as: UTF8.self) }
 
     /// The last line of stderr, for an error message (tools put their reason there).
-    var reason: String {
+    public var reason: String {
         let line = stderr.split(whereSeparator: \.isNewline).last.map(String.init) ?? ""
         return line.isEmpty ? "exit status \(status)" : "\(line) (exit status \(status))"
     }
@@ -21,11 +24,13 @@ struct ToolRun: Sendable {
 /// as it owns the clipboard), bounded in time. Blocks the calling thread: only the worker calls it.
 /// Not swift-subprocess: it collects output from pipes until EOF, which such a child holds open,
 /// and its API is async while typing runs in order on the output thread.
-struct ToolRunner: Sendable {
-    let environment: [String: String]
+public struct ToolRunner: Sendable {
+    public let environment: [String: String]
+
+    public init(environment: [String: String]) { self.environment = environment }
 
     /// The tool's path on the session's PATH, or nil.
-    func find(_ name: String) -> String? {
+    public func find(_ name: String) -> String? {
         let path = environment["PATH"] ?? "/usr/local/bin:/usr/bin:/bin"
         for directory in path.split(separator: ":") where !directory.isEmpty {
             let candidate = "\(directory)/\(name)"
@@ -41,7 +46,7 @@ struct ToolRunner: Sendable {
 
     /// Runs `name` with `arguments`, `stdin` as its standard input, and waits at most `timeout`
     /// (then kills its process group).
-    func run(
+    public func run(
         _ name: String, _ arguments: [String], stdin: [UInt8] = [], extraEnvironment: [String: String] = [:],
         timeout: Duration
     ) throws(OutputError) -> ToolRun {

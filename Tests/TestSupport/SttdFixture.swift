@@ -115,8 +115,9 @@ public final class SttdFixture: @unchecked Sendable {
         let got = try await user.run(
             busctl, ["--address=\(bus.address)", "get-property", Self.name, Self.path, Self.interface, name],
             environment: environment, timeout: 30)
-        guard got.status == 0, got.stdout.hasPrefix("s \""), let value = try? JSONDecoder().decode(
-            String.self, from: Data(got.stdout.dropFirst(2).trimmingCharacters(in: .whitespacesAndNewlines).utf8))
+        guard got.status == 0, got.stdout.hasPrefix("s \""),
+            let value = try? JSONDecoder().decode(
+                String.self, from: Data(got.stdout.dropFirst(2).trimmingCharacters(in: .whitespacesAndNewlines).utf8))
         else { throw MissingPrerequisite(description: "busctl get-property \(name): \(got)") }
         return .string(value)
     }
@@ -135,11 +136,13 @@ public final class SttdFixture: @unchecked Sendable {
         return recorder
     }
 
-    /// Runs `sttctl` against this service.
-    public func sttctl(_ arguments: [String], timeout: TimeInterval = 60) throws -> CommandResult {
+    /// Runs `sttctl` against this service, in its environment or in `environment` if given.
+    public func sttctl(_ arguments: [String], environment: [String: String]? = nil, timeout: TimeInterval = 60)
+        throws -> CommandResult
+    {
         let sttctl = try builtExecutable("sttctl")
         let (program, arguments) = try user?.command(sttctl, arguments) ?? (sttctl, arguments)
-        return try run(program, arguments, environment: environment, timeout: timeout)
+        return try run(program, arguments, environment: environment ?? self.environment, timeout: timeout)
     }
 
     deinit {
