@@ -37,7 +37,9 @@ extension Integration {
                 reply, timeout: .seconds(30), context: "\(desktop.log)\n\(sttd.log.suffix(4000))")
             // The words being spoken were shown at the cursor (text-input-v3 preedit) before they were final.
             #expect((field.record?.preedits ?? 0) > 0, "preedit shown: \(String(describing: field.record))")
-            #expect(field.record?.preedit == "", "no preedit left after Stop")
+            // The commit and the preedit's end reach the window in separate updates.
+            let cleared = try await happens(within: .seconds(10)) { field.record?.preedit == "" }
+            #expect(cleared, "no preedit left after Stop: \(String(describing: field.record))")
         }
     }
 }
