@@ -22,6 +22,22 @@ extension Integration {
             try await GnomeInputMethodTests.dictate(into: field, sttd, context: desktop.log)
         }
 
+        /// Two apps' windows: the engine follows KWin's focus, so the words land only in the
+        /// field that has it, after the focus moved back to the first window.
+        @Test func dictationGoesToTheWindowKWinFocused() async throws {
+            let sttd = try await SttdFixture(environment: KdeDesktop.sttdEnvironment)
+            let desktop = try await KdeDesktop.start(for: sttd)
+            defer { desktop.close() }
+            let gtk = try await desktop.openField(.gtk3)
+            defer { gtk.close() }
+            let qt = try await desktop.openField(.qt6)
+            defer { qt.close() }
+            #expect(gtk.record?.focus == false, "the new Qt window took the focus")
+            try await desktop.focus(gtk)
+            try await GnomeInputMethodTests.dictate(into: gtk, sttd, context: desktop.log)
+            #expect(qt.text == "" && qt.record?.preedits == 0, "\(String(describing: qt.record))")
+        }
+
         /// ibus-wayland 1.5.27 (Debian 12) leaves zwp_input_method_context_v1.content_type
         /// unhandled (an empty `handle_content_type`), so the engine never hears that the field
         /// is a password field and sttd cannot refuse: dictation lands in it. Known until

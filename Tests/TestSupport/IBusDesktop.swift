@@ -195,6 +195,9 @@ public final class IBusField: @unchecked Sendable {
             in: .whitespacesAndNewlines)
     }
 
+    /// The window's process, by which a compositor's scripts find it.
+    public var pid: pid_t { process.pid }
+
     /// The window's own log (GTK's warnings).
     var log: String { (try? String(contentsOfFile: "\(directory)/field.log", encoding: .utf8)) ?? "" }
 

@@ -96,6 +96,7 @@ public final class KdeDesktop: @unchecked Sendable {
         environment["XDG_SESSION_TYPE"] = "wayland"
         // QPainter: no OpenGL rendering (llvmpipe) on a busy 2-core machine.
         environment["KWIN_COMPOSE"] = "Q"
+        environment["QT_LOGGING_RULES"] = "kwin_scripting.debug=true"
         kwin = try ChildProcess(
             kwinCopy,
             [
@@ -136,7 +137,7 @@ public final class KdeDesktop: @unchecked Sendable {
     public var log: String { Self.read(directory) }
 
     /// Opens `app`'s window with one field (a password field: GTK 3 only) and waits until it
-    /// has the keyboard focus: KWin focuses a new window; a KWin script activates it otherwise.
+    /// has the keyboard focus.
     public func openField(_ app: App = .gtk3, password: Bool = false) async throws -> IBusField {
         let field: IBusField
         switch app {
@@ -151,23 +152,36 @@ public final class KdeDesktop: @unchecked Sendable {
                 environment: clientEnvironment, password: password, client: "qt_field.py", options: [version],
                 needs: "python3-pyqt\(version), \(version == "5" ? "qtwayland5" : "qt6-wayland")")
         }
-        var focused = await happens(within: .seconds(5)) { field.record?.focus == true }
-        for _ in 0..<3 where !focused {
-            try await runScript(
-                """
-                for (const client of workspace.clientList())
-                    if (client.caption === 'sttd test field') workspace.activeClient = client;
-                """)
-            focused = await happens(within: .seconds(5)) { field.record?.focus == true }
-        }
-        guard focused else {
-            field.close()
-            throw MissingPrerequisite(description: "could not focus the \(app) test field: \(field.log)\n\(log)")
+        // KWin focuses a new window; a script activates it where it did not.
+        if await !happens(within: .seconds(5), { field.record?.focus == true }) {
+            do { try await focus(field) } catch {
+                field.close()
+                throw error
+            }
         }
         return field
     }
 
-    /// Runs JavaScript in KWin (`org.kde.kwin.Scripting`), as a KWin script does.
+    /// Gives `field`'s window the keyboard focus, as a click on it would: a KWin script makes it
+    /// the active window (found by its process).
+    public func focus(_ field: IBusField) async throws {
+        var focused = false
+        for _ in 0..<3 where !focused {
+            try await runScript(
+                """
+                for (const client of workspace.clientList())
+                    if (client.pid === \(field.pid)) workspace.activeClient = client;
+                """)
+            focused = await happens(within: .seconds(5)) { field.record?.focus == true }
+        }
+        guard focused else {
+            throw MissingPrerequisite(description: "could not focus the test field \(field.pid): \(field.log)\n\(log)")
+        }
+    }
+
+    /// Runs JavaScript in KWin (`org.kde.kwin.Scripting`), as a KWin script does. The script
+    /// stays loaded: KWin reads its file in the background after `start`, and unloading it then
+    /// would cancel it. Its `print` goes to ``log``.
     public func runScript(_ source: String) async throws {
         let name = "sttd-test-\(UUID().uuidString.prefix(8))"
         let path = "\(directory)/\(name).js"
@@ -180,9 +194,6 @@ public final class KdeDesktop: @unchecked Sendable {
         }
         _ = try await connection.call(
             destination: "org.kde.KWin", path: "/Scripting", interface: "org.kde.kwin.Scripting", member: "start")
-        _ = try await connection.call(
-            destination: "org.kde.KWin", path: "/Scripting", interface: "org.kde.kwin.Scripting",
-            member: "unloadScript", arguments: [.string(name)])
     }
 
     /// Stops KWin (and so ibus-wayland) and ibus-daemon (and so the engine).
