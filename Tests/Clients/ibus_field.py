@@ -12,11 +12,10 @@ GTK's default input method module is the compositor's, text-input-v3). With --pu
 is a visible GtkEntry whose input purpose is PASSWORD (GTK keeps input methods away from
 invisible ones by itself); otherwise a GtkTextView (free form, several lines).
 """
-import json
-import os
 import sys
 
 import gi
+from field_state import FieldState, announce
 
 gi.require_version("Gtk", "3.0")
 from gi.repository import GLib, Gtk  # noqa: E402
@@ -24,23 +23,7 @@ from gi.repository import GLib, Gtk  # noqa: E402
 ready_path, state_path = sys.argv[1], sys.argv[2]
 password = "--purpose" in sys.argv and sys.argv[sys.argv.index("--purpose") + 1] == "password"
 
-state = {"text": "", "preedit": "", "preedits": 0, "preedit_seen": [], "focus": False}
-
-
-def save():
-    tmp = state_path + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(state, f, ensure_ascii=False)
-    os.replace(tmp, state_path)
-
-
-def on_preedit(_widget, preedit):
-    state["preedit"] = preedit
-    if preedit:
-        state["preedits"] += 1
-        state["preedit_seen"] = (state["preedit_seen"] + [preedit])[-50:]
-    save()
-
+state = FieldState(state_path)
 
 window = Gtk.Window(title="sttd test field")
 window.set_default_size(800, 300)
@@ -48,33 +31,29 @@ window.move(0, 0)
 if password:
     field = Gtk.Entry()
     field.set_input_purpose(Gtk.InputPurpose.PASSWORD)
-    field.connect("changed", lambda e: (state.update(text=e.get_text()), save()))
+    field.connect("changed", lambda e: state.update(text=e.get_text()))
 else:
     field = Gtk.TextView()
     buffer = field.get_buffer()
     buffer.connect(
         "changed",
-        lambda b: (state.update(text=b.get_text(b.get_start_iter(), b.get_end_iter(), True)), save()),
+        lambda b: state.update(text=b.get_text(b.get_start_iter(), b.get_end_iter(), True)),
     )
-field.connect("preedit-changed", on_preedit)
-field.connect("focus-in-event", lambda *_: (state.update(focus=True), save(), False)[-1])
-field.connect("focus-out-event", lambda *_: (state.update(focus=False), save(), False)[-1])
+field.connect("preedit-changed", lambda _field, preedit: state.preedit(preedit))
+field.connect("focus-in-event", lambda *_: (state.update(focus=True), False)[-1])
+field.connect("focus-out-event", lambda *_: (state.update(focus=False), False)[-1])
 window.add(field)
 window.connect("destroy", Gtk.main_quit)
 window.show_all()
 field.grab_focus()
-save()
+state.save()
 
 
-def announce():
-    tmp = ready_path + ".tmp"
-    with open(tmp, "w") as f:
-        gdk_window = window.get_window()
-        # An X window id on X11; on Wayland windows have no id a client can name.
-        f.write(str(gdk_window.get_xid()) if hasattr(gdk_window, "get_xid") else "wayland")
-    os.replace(tmp, ready_path)
-    return False
+def shown():
+    gdk_window = window.get_window()
+    # An X window id on X11; on Wayland windows have no id a client can name.
+    return announce(ready_path, str(gdk_window.get_xid()) if hasattr(gdk_window, "get_xid") else "wayland")
 
 
-GLib.timeout_add(100, announce)
+GLib.timeout_add(100, shown)
 Gtk.main()

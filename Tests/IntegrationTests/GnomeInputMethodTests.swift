@@ -24,7 +24,15 @@ extension Integration {
         static func dictateIntoAField(_ sttd: SttdFixture, _ desktop: GnomeDesktop) async throws {
             let field = try await desktop.openField()
             defer { field.close() }
-            try await InputMethodTests.waitForInputMethod(sttd, "focused", context: desktop.log)
+            try await dictate(into: field, sttd, context: desktop.log)
+        }
+
+        /// Dictates a LibriVox clip into `field`, which has the focus on a desktop whose input
+        /// method is IBus with Dictation selected; `context` (the desktop's log) explains a failure.
+        static func dictate(
+            into field: IBusField, _ sttd: SttdFixture, context: @autoclosure () -> String
+        ) async throws {
+            try await InputMethodTests.waitForInputMethod(sttd, "focused", context: context())
 
             let start = try sttd.sttctl(["start", "--output", "type"])
             #expect(start.status == 0, "\(start)")
@@ -34,7 +42,7 @@ extension Integration {
             let reply = stop.stdout.trimmingCharacters(in: .newlines)
             #expect(reply.split(separator: " ").count > 5, "\(reply)")
             try await field.waitForText(
-                reply, timeout: .seconds(30), context: "\(desktop.log)\n\(sttd.log.suffix(4000))")
+                reply, timeout: .seconds(30), context: "\(context())\n\(sttd.log.suffix(4000))")
             // The words being spoken were shown at the cursor (text-input-v3 preedit) before they were final.
             #expect((field.record?.preedits ?? 0) > 0, "preedit shown: \(String(describing: field.record))")
             // The commit and the preedit's end reach the window in separate updates.

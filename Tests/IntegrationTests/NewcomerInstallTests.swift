@@ -17,6 +17,7 @@ extension Integration {
         static let testOnlyPackages = [
             "gnome-shell", "sway", "foot", "xvfb", "xterm", "python3-dbusmock", "tk", "bubblewrap", "pulseaudio",
             "pocketsphinx-testdata", "xdg-desktop-portal", "ydotool", "wtype", "xdotool", "python3-venv",
+            "kwin-wayland", "python3-pyqt5", "python3-pyqt6",
         ]
 
         @Test(arguments: [false, true])

@@ -69,13 +69,11 @@ public final class GnomeDesktop: @unchecked Sendable {
         let dbusmock = try await run(python, ["-c", "import dbusmock"], timeout: 30)
         guard dbusmock.status == 0 else {
             throw MissingPrerequisite(
-                description: "python3-dbusmock is missing: run `sudo scripts/setup test` (Debian package python3-dbusmock)")
+                description:
+                    "python3-dbusmock is missing: run `sudo scripts/setup test` (Debian package python3-dbusmock)")
         }
-        guard sttd.environment["WAYLAND_DISPLAY"] == Self.display, let runtime = sttd.environment["XDG_RUNTIME_DIR"],
-            let session = sttd.environment["DBUS_SESSION_BUS_ADDRESS"]
-        else {
-            throw MissingPrerequisite(description: "start sttd with GnomeDesktop.sttdEnvironment")
-        }
+        let (runtime, session) = try sttd.waylandSession(
+            display: Self.display, environment: "GnomeDesktop.sttdEnvironment")
         let directory = try makeTemporaryDirectory("sttd-gnome")
         self.directory = directory
         chmod(directory, 0o755)
@@ -103,13 +101,7 @@ public final class GnomeDesktop: @unchecked Sendable {
             environment["XDG_RUNTIME_DIR"] = userRuntime
             try login.user.write(settings, to: "\(login.user.home)/.config/glib-2.0/settings/keyfile")
         } else {
-            let xml = try await run(try builtExecutable("sttd-ibus"), ["--component-xml"])
-            guard xml.status == 0 else {
-                throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)")
-            }
-            try FileManager.default.createDirectory(
-                atPath: "\(directory)/component", withIntermediateDirectories: true)
-            try xml.stdout.write(toFile: "\(directory)/component/sttd.xml", atomically: true, encoding: .utf8)
+            try await IBusDesktop.writeComponent(into: directory)
             let config = sttd.environment["XDG_CONFIG_HOME"] ?? "\(sttd.home)/config"
             try FileManager.default.createDirectory(
                 atPath: "\(config)/glib-2.0/settings", withIntermediateDirectories: true)

@@ -31,8 +31,6 @@ public final class IBusDesktop: @unchecked Sendable {
     }
 
     private init(environment base: [String: String]) async throws {
-        let daemonPath = try requireTool("ibus-daemon", package: "ibus")
-        let ibus = try requireTool("ibus", package: "ibus")
         let libraries = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib")) ?? []
         guard
             libraries.contains(where: {
@@ -43,12 +41,7 @@ public final class IBusDesktop: @unchecked Sendable {
                 description: "GTK 3's IBus module is missing: `sudo apt install ibus-gtk3` (scripts/setup test)")
         }
         directory = try makeTemporaryDirectory("sttd-ibus")
-        try FileManager.default.createDirectory(atPath: "\(directory)/component", withIntermediateDirectories: true)
-        let xml = try await run(try builtExecutable("sttd-ibus"), ["--component-xml"])
-        guard xml.status == 0 else {
-            throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)")
-        }
-        try xml.stdout.write(toFile: "\(directory)/component/sttd.xml", atomically: true, encoding: .utf8)
+        try await Self.writeComponent(into: directory)
         var environment = base
         environment["IBUS_COMPONENT_PATH"] = "/usr/share/ibus/component:\(directory)/component"
         environment["XDG_CACHE_HOME"] = "\(directory)/cache"
@@ -56,10 +49,28 @@ public final class IBusDesktop: @unchecked Sendable {
         environment["NO_AT_BRIDGE"] = "1"
         environment["LC_ALL"] = "C.UTF-8"
         self.environment = environment
+        daemon = try await Self.startDaemon(environment: environment, log: "\(directory)/ibus-daemon.log")
+    }
+
+    /// Writes `sttd-ibus --component-xml` to `directory`/component/sttd.xml, for IBUS_COMPONENT_PATH.
+    static func writeComponent(into directory: String) async throws {
+        try FileManager.default.createDirectory(atPath: "\(directory)/component", withIntermediateDirectories: true)
+        let xml = try await run(try builtExecutable("sttd-ibus"), ["--component-xml"])
+        guard xml.status == 0 else {
+            throw MissingPrerequisite(description: "sttd-ibus --component-xml: \(xml.stderr)")
+        }
+        try xml.stdout.write(toFile: "\(directory)/component/sttd.xml", atomically: true, encoding: .utf8)
+    }
+
+    /// Starts ibus-daemon in `environment` (whose IBUS_COMPONENT_PATH lists sttd's component)
+    /// and selects the `sttd` engine; its log, with the engine's, goes to `log`.
+    static func startDaemon(environment: [String: String], log: String) async throws -> ChildProcess {
+        let ibus = try requireTool("ibus", package: "ibus")
         // -s: no panel and no config program (no dconf headless); -v: the engine's log goes to ours.
-        daemon = try ChildProcess(
-            daemonPath, ["--single", "--verbose", "--cache=refresh", "--panel=disable", "--emoji-extension=disable"],
-            environment: environment, stderr: "\(directory)/ibus-daemon.log")
+        let daemon = try ChildProcess(
+            try requireTool("ibus-daemon", package: "ibus"),
+            ["--single", "--verbose", "--cache=refresh", "--panel=disable", "--emoji-extension=disable"],
+            environment: environment, stdout: log, stderr: log)
         let selected = try await happens(within: .seconds(20)) {
             guard daemon.isRunning else { return false }
             _ = try await run(ibus, ["engine", IBusDesktop.engine], environment: environment, timeout: 10)
@@ -68,8 +79,10 @@ public final class IBusDesktop: @unchecked Sendable {
         }
         guard selected else {
             daemon.stop(grace: 2)
-            throw MissingPrerequisite(description: "ibus-daemon did not select the sttd engine: \(log)")
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? "(no log)"
+            throw MissingPrerequisite(description: "ibus-daemon did not select the sttd engine: \(text)")
         }
+        return daemon
     }
 
     static let engine = "sttd"
@@ -94,7 +107,9 @@ public final class IBusDesktop: @unchecked Sendable {
         // By its process name: the multicall binary started through the link must run as sttd-ibus.
         let found = try await run(pgrep, ["-P", "\(daemon.pid)", "-x", "sttd-ibus"], timeout: 10)
         let pids = found.stdout.split(whereSeparator: \.isNewline).compactMap { pid_t($0) }
-        guard !pids.isEmpty else { throw MissingPrerequisite(description: "no sttd-ibus runs under ibus-daemon: \(log)") }
+        guard !pids.isEmpty else {
+            throw MissingPrerequisite(description: "no sttd-ibus runs under ibus-daemon: \(log)")
+        }
         for pid in pids { kill(pid, SIGKILL) }
     }
 
@@ -121,8 +136,19 @@ public final class IBusDesktop: @unchecked Sendable {
     deinit { close() }
 }
 
-/// A GTK 3 window (`Tests/Clients/ibus_field.py`) whose one field uses IBus, with what it holds
-/// and the preedits it showed.
+extension SttdFixture {
+    /// The runtime folder and session bus a desktop shares with this sttd, which must have been
+    /// started with `environment` (naming the Wayland `display`).
+    func waylandSession(display: String, environment: String) throws -> (runtime: String, session: String) {
+        guard self.environment["WAYLAND_DISPLAY"] == display, let runtime = self.environment["XDG_RUNTIME_DIR"],
+            let session = self.environment["DBUS_SESSION_BUS_ADDRESS"]
+        else { throw MissingPrerequisite(description: "start sttd with \(environment)") }
+        return (runtime, session)
+    }
+}
+
+/// A window with one field whose input method is IBus — GTK 3 (`Tests/Clients/ibus_field.py`),
+/// GTK 4 (`gtk4_field.py`) or Qt (`qt_field.py`) — with what it holds and the preedits it showed.
 public final class IBusField: @unchecked Sendable {
     // Safety: immutable after init.
     private let process: ChildProcess
@@ -143,23 +169,34 @@ public final class IBusField: @unchecked Sendable {
     }
 
     /// Starts the window in `environment` and waits until it is shown; the desktop focuses it.
-    init(environment: [String: String], password: Bool) async throws {
+    /// `client` is a script in Tests/Clients taking READY STATE [--purpose password] after
+    /// `options`, writing the record below; `needs` names its packages for a failure.
+    init(
+        environment: [String: String], password: Bool, client: String = "ibus_field.py", options: [String] = [],
+        needs: String = "python3-gi, gir1.2-gtk-3.0"
+    ) async throws {
         self.environment = environment
         directory = try makeTemporaryDirectory("sttd-field")
-        let script = "\(DeepgramSDKClient.packageRoot)/Tests/Clients/ibus_field.py"
+        let script = "\(DeepgramSDKClient.packageRoot)/Tests/Clients/\(client)"
         let ready = "\(directory)/ready"
         process = try ChildProcess(
-            "/usr/bin/python3", [script, ready, "\(directory)/state"] + (password ? ["--purpose", "password"] : []),
-            environment: environment, stderr: "\(directory)/field.log")
+            "/usr/bin/python3",
+            [script] + options + [ready, "\(directory)/state"] + (password ? ["--purpose", "password"] : []),
+            // The scripts import field_state.py: no __pycache__ in the source tree.
+            environment: environment.merging(["PYTHONDONTWRITEBYTECODE": "1"]) { $1 },
+            stderr: "\(directory)/field.log")
         guard await happens(within: .seconds(20), { FileManager.default.fileExists(atPath: ready) }) else {
             let log = (try? String(contentsOfFile: "\(directory)/field.log", encoding: .utf8)) ?? ""
             process.stop(grace: 2)
             throw MissingPrerequisite(
-                description: "the GTK test field did not start (needs python3-gi, gir1.2-gtk-3.0): \(log)")
+                description: "the test field \(client) \(options) did not start (needs \(needs)): \(log)")
         }
         windowID = ((try? String(contentsOfFile: ready, encoding: .utf8)) ?? "").trimmingCharacters(
             in: .whitespacesAndNewlines)
     }
+
+    /// The window's process, by which a compositor's scripts find it.
+    public var pid: pid_t { process.pid }
 
     /// The window's own log (GTK's warnings).
     var log: String { (try? String(contentsOfFile: "\(directory)/field.log", encoding: .utf8)) ?? "" }
