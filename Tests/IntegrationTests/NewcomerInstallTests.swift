@@ -6,7 +6,7 @@ extension Integration {
     /// Issue 38: a GNOME user who is not root runs `make install PREFIX=~/.local`, logs in, finds
     /// Dictation among the input sources, and dictates into a GTK field; `make uninstall` takes
     /// everything back. The suite's build is installed: the checkout's install inputs (Makefile,
-    /// scripts, unit and bus files, engine and model) and its binaries are copied to a folder the
+    /// scripts, unit, bus and packaging files, engine and model) and its binaries are copied to a folder the
     /// user owns, and `make install BUILD_DIR=…` runs there as the user. `sudo` and `dpkg-query`
     /// are stand-ins that report every package missing and record what install asks for.
     @Suite("From a checkout to Dictation in GNOME, as a user who is not root", .serialized)
@@ -89,7 +89,7 @@ extension Integration {
             let copy = "\(user.home)/sttd"
             let build = "\(copy)/.build"
             try FileManager.default.createDirectory(atPath: "\(build)/prebuilt", withIntermediateDirectories: true)
-            for item in ["Makefile", "scripts", "systemd", "dbus"] {
+            for item in ["Makefile", "scripts", "systemd", "dbus", "packaging"] {
                 try FileManager.default.copyItem(atPath: "\(checkout)/\(item)", toPath: "\(copy)/\(item)")
             }
             for item in ["engines", "models"] {
