@@ -37,7 +37,7 @@ extension Integration {
                 // Stop after the pause that ends the last utterance, as a person would (a stop
                 // before it is just as exact, but flushes the last words a little differently).
                 let played = recorder.signals.count
-                try await recorder.wait("\(recording.id): the end of speech", timeout: .seconds(3)) { signals in
+                try await recorder.wait("\(recording.id): the end of speech", timeout: .seconds(30)) { signals in
                     signals.dropFirst(played).contains {
                         $0.member == "SpeechActivity" && $0.arguments.first == .boolean(false)
                     }
@@ -136,14 +136,14 @@ extension Integration {
             let recorder = try await sttd.record()
             try await sttd.pulse.play(try LibriVox.recordings()[4].path)
             // Stop after the pause that ends the last utterance, as a person would.
-            try await recorder.wait("the end of speech", timeout: .seconds(5)) { signals in
+            try await recorder.wait("the end of speech", timeout: .seconds(30)) { signals in
                 signals.contains { $0.member == "SpeechActivity" && $0.arguments == [.boolean(false)] }
             }
             let stop = try sttd.sttctl(["stop"])
             #expect(stop.status == 0)
             let spoken = stop.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
             #expect(!spoken.isEmpty)
-            try await waitFor("the watcher to see the final transcript: \(watched())", timeout: .seconds(5)) {
+            try await waitFor("the watcher to see the final transcript: \(watched())", timeout: .seconds(30)) {
                 watched().contains("{\"transcript\":\"\(spoken)\",\"segment\":")
             }
             watch.stop()

@@ -61,13 +61,13 @@ extension Integration {
             try await sttd.call("StartTranscribing", [.vardict([])])
             try await sttd.pulse.play(recordings[4].path)
             // A pause after speaking ends the utterance before the server goes.
-            try await recorder.wait("a final", timeout: .seconds(5)) { _ in !signalledFinals(recorder).isEmpty }
+            try await recorder.wait("a final", timeout: .seconds(30)) { _ in !signalledFinals(recorder).isEmpty }
 
             try sttd.pulse.kill()
-            try await recorder.wait("State reconnecting when the sound server dies", timeout: .seconds(5)) { _ in
+            try await recorder.wait("State reconnecting when the sound server dies", timeout: .seconds(30)) { _ in
                 recorder.changes(of: "State").contains(.string("reconnecting"))
             }
-            try await recorder.wait("MicrophoneStatus unavailable while it is down", timeout: .seconds(5)) { _ in
+            try await recorder.wait("MicrophoneStatus unavailable while it is down", timeout: .seconds(30)) { _ in
                 recorder.changes(of: "MicrophoneStatus").contains(.string("unavailable"))
             }
             try sttd.pulse.start()
@@ -109,7 +109,7 @@ extension Integration {
             let recorder = try await sttd.record()
             try await sttd.call("StartTranscribing", [.vardict([("source", .string("desk.monitor"))])])
             try sttd.pulse.pactl(["unload-module", module])
-            try await recorder.wait("SessionFailed", timeout: .seconds(5)) { signals in
+            try await recorder.wait("SessionFailed", timeout: .seconds(30)) { signals in
                 signals.contains { $0.member == "SessionFailed" }
             }
             let failure = recorder.signals(named: "SessionFailed").first?.arguments
@@ -246,7 +246,7 @@ extension Integration {
             #expect((summary["calls"] as? Int ?? 0) > 1000)
             // Signals still in flight have arrived once the last State change is the current value.
             let current = try await sttd.property("State")
-            try await recorder.wait("the State change to \(String(describing: current))", timeout: .seconds(5)) { _ in
+            try await recorder.wait("the State change to \(String(describing: current))", timeout: .seconds(30)) { _ in
                 recorder.changes(of: "State").last == current
             }
             let states = recorder.changes(of: "State").compactMap(\.string)
@@ -270,7 +270,7 @@ extension Integration {
             // the microphone opens (SessionMachineTests.callsDuringStartingKeepTheirOrder), more
             // when it opens sooner.
             let states: @Sendable () -> [DBusValue] = { recorder.changes(of: "State") }
-            try await recorder.wait("the four calls' State changes: \(states())", timeout: .seconds(5)) { _ in
+            try await recorder.wait("the four calls' State changes: \(states())", timeout: .seconds(30)) { _ in
                 states().contains(.string("stopping")) && states().last == .string("listening")
             }
             #expect(try await sttd.property("State") == .string("listening"), "\(recorder.changes(of: "State"))")
