@@ -32,6 +32,9 @@ public struct EngineMachine: Sendable {
         case disabled(path: String)
         /// `client` is nil when ibus-daemon did not say (`FocusIn` without an id).
         case focusIn(path: String, client: String?)
+        /// ibus-daemon asked whether this engine takes focus ids (`FocusId`): it names the client
+        /// of every focus once it has the answer, so an id-less `FocusIn` before that is unknown.
+        case focusIdAsked(path: String)
         case focusOut(path: String)
         case contentType(path: String, purpose: UInt32)
         /// The field reset its input method (a click moved the cursor): its preedit is gone.
@@ -86,6 +89,8 @@ public struct EngineMachine: Sendable {
     private struct Engine {
         var enabled = false
         var purpose: UInt32 = 0
+        /// ibus-daemon will name each focus's client (it asked `FocusId`).
+        var idsComing = false
     }
 
     /// At most this many finals wait for a focus change to settle; older ones are dropped first.
@@ -142,11 +147,17 @@ public struct EngineMachine: Sendable {
             guard engines[path] != nil else { break }
             if focused != path { actions += loseFocus(focused) }
             guard client != IBus.fakeClient else { break }
+            // IBus 1.5.27 sends a new engine's first focus before it has read `FocusId`, with no
+            // client: usually its own fake context (the desktop). A field is named by the next
+            // `FocusInId`; until then nothing is typed (older IBus never asks, and sends no ids).
+            if client == nil, engines[path]?.idsComing == true { break }
             focused = path
             committed.removeAll()
             rounds += 1
             settling = rounds
             actions.append(.settle(rounds))
+        case .focusIdAsked(let path):
+            engines[path]?.idsComing = true
         case .focusOut(let path):
             actions += loseFocus(path)
         case .contentType(let path, let purpose):

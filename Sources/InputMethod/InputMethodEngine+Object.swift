@@ -53,7 +53,13 @@ extension InputMethodEngine {
                 return value
             })
         // True: ibus-daemon then says which client has the focus, so the desktop ("fake") is no field.
-        let focusID = DBusProperty("FocusId", .boolean(true), changeSignal: .const)
+        // Read on ibus-daemon's connection in order with its calls: a FocusIn after it has no id yet.
+        let focusID = DBusProperty(
+            "FocusId", .boolean, changeSignal: .const,
+            getter: {
+                queue.yield(.focusIdAsked(path: path))
+                return .boolean(true)
+            })
         let engineInterface = DBusInterface(
             name: IBus.engineInterface,
             methods: [

@@ -74,6 +74,25 @@ import Testing
         #expect(machine.handle(.deliver(.commit("lost"))) == [.dropped(characters: 4, secret: false)])
     }
 
+    /// Issue 39: IBus 1.5.27 asks `FocusId`, then sends the engine's first focus (its fake
+    /// context's) without a client before the answer. That is no field; the next named one is.
+    @Test func aFocusWithoutAClientAfterFocusIdWasAskedIsNoField() {
+        var machine = EngineMachine()
+        _ = machine.handle(.created(path: Self.field))
+        #expect(machine.handle(.focusIdAsked(path: Self.field)) == [])
+        _ = machine.handle(.enabled(path: Self.field))
+        #expect(machine.handle(.focusIn(path: Self.field, client: nil)) == [])
+        #expect(machine.state == InputMethodState(active: true))
+        #expect(machine.handle(.deliver(.commit("lost"))) == [.dropped(characters: 4, secret: false)])
+        #expect(machine.handle(.focusIn(path: Self.field, client: "gtk3-im:test")) == [.settle(1)])
+
+        // An IBus that never asks sends no ids: its focus is a field.
+        var older = EngineMachine()
+        _ = older.handle(.created(path: Self.field))
+        _ = older.handle(.enabled(path: Self.field))
+        #expect(older.handle(.focusIn(path: Self.field, client: nil)) == [.settle(1)])
+    }
+
     @Test func interimsArePreeditAndAFinalReplacesThem() {
         var machine = Self.focusedMachine()
         #expect(machine.handle(.preedit("hel")) == [.showPreedit(path: Self.field, text: "hel")])

@@ -46,6 +46,35 @@ extension Integration {
             #expect(try await sttd.property("InputMethod") == .string("active"))
         }
 
+        /// Issue 39: Dictation is selected before any window exists. IBus 1.5.27 gives the new
+        /// engine its fake context's focus without a client: that is no field, so a final is not
+        /// typed anywhere and sttd says so (before, the engine took it for a field).
+        @Test func theFocusIBusGivesANewEngineBeforeAnyWindowIsNoField() async throws {
+            var script = DeepgramTestServer.Script()
+            script.finals = ["Nowhere to go."]
+            script.gatedFinals = true
+            let server = try await DeepgramTestServer(script: script)
+            let sttd = try await InputMethodTests.sttd(
+                config: "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n",
+                environment: ["STTD_API_KEY": script.key])
+            let notifications = try await NotificationServer(busAddress: sttd.bus.address)
+            defer { notifications.stop() }
+            let desktop = try await IBusDesktop.start(for: sttd)
+            defer { desktop.close() }
+            try await InputMethodTests.waitForInputMethod(sttd, "active")
+            let start = try sttd.sttctl(["start", "--output", "type"])
+            #expect(start.status == 0, "\(start)")
+            server.permitFinals()
+            try await waitFor("the notice that the final was not typed", timeout: .seconds(30)) {
+                notifications.notifications.contains {
+                    $0.summary == "Dictated text was not typed" && $0.body.contains("no text field")
+                }
+            }
+            #expect(try await sttd.property("InputMethod") == .string("active"))
+            let stop = try sttd.sttctl(["stop"])
+            #expect(stop.stdout.contains("Nowhere to go."), "\(stop)")
+        }
+
         /// A final arrives while no field has the focus; the focus then goes to a field holding the
         /// user's own text; "scratch that" removes the final from the transcript but deletes nothing.
         @Test func scratchThatDeletesNothingItDidNotDeliverToTheFocusedField() async throws {
