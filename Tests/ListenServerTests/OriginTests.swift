@@ -15,8 +15,9 @@ struct ListenServerOriginTests {
     /// one slot taken, the answer is still 403 (not 429), and the engine started no other session.
     @Test func aPageWhoseOriginIsNotListedIsRefused403AndOpensNothing() async throws {
         let recognizer = FakeRecognizer()
+        // The holder sends no audio: a busy machine must not reach the idle timeout before the end.
         let settings = ListenServerSettings(
-            host: "127.0.0.1", port: 0, maxStreams: 1, allowedOrigins: Set(Self.listed))
+            host: "127.0.0.1", port: 0, maxStreams: 1, allowedOrigins: Set(Self.listed), idleTimeout: .seconds(600))
         try await withServer(settings, recognizer: recognizer) { server in
             let holder = try await ListenClient.connect(server)
             for origin in [

@@ -160,7 +160,7 @@ public final class DeepgramTestServer: Sendable {
     /// Waits until the connections seen so far satisfy `condition`; throws ``WaitTimedOut`` if
     /// they do not within `timeout`.
     public func wait(
-        _ what: @autoclosure () -> String = "the awaited connections", timeout: Duration = .seconds(10),
+        _ what: @autoclosure () -> String = "the awaited connections", timeout: Duration = .seconds(30),
         fileID: String = #fileID, line: Int = #line, until condition: @escaping @Sendable ([Connection]) -> Bool
     ) async throws {
         try await records.wait(what(), timeout: timeout, fileID: fileID, line: line, until: condition)

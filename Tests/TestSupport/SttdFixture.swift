@@ -182,7 +182,7 @@ public final class SignalRecorder: Sendable {
     /// Waits until `condition` holds for the signals so far; throws ``WaitTimedOut`` (naming
     /// `what` and the signals that did come) if it does not within `timeout`.
     public func wait(
-        _ what: @autoclosure () -> String = "the awaited signals", timeout: Duration = .seconds(20),
+        _ what: @autoclosure () -> String = "the awaited signals", timeout: Duration = .seconds(30),
         fileID: String = #fileID, line: Int = #line, until condition: @Sendable ([DBusSignalMessage]) -> Bool
     ) async throws {
         guard await happens(within: timeout, condition) else {

@@ -25,7 +25,7 @@ public struct WaitTimedOut: Error, CustomStringConvertible {
 /// it every 20 ms; throws ``WaitTimedOut`` naming `what` if `timeout` passes first. `what` is
 /// worked out only then, so it may read logs.
 public func waitFor(
-    _ what: @autoclosure () -> String = "the condition", timeout: Duration = .seconds(10),
+    _ what: @autoclosure () -> String = "the condition", timeout: Duration = .seconds(30),
     fileID: String = #fileID, line: Int = #line, _ condition: () async throws -> Bool
 ) async throws {
     guard try await happens(within: timeout, condition) else {

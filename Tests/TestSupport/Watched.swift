@@ -38,7 +38,7 @@ public final class Watched<Value: Sendable>: Sendable {
     /// Waits until `condition` holds; throws ``WaitTimedOut`` (naming `what` and the value then)
     /// if it does not within `timeout`.
     public func wait(
-        _ what: @autoclosure () -> String = "the awaited value", timeout: Duration = .seconds(10),
+        _ what: @autoclosure () -> String = "the awaited value", timeout: Duration = .seconds(30),
         fileID: String = #fileID, line: Int = #line, until condition: @escaping @Sendable (Value) -> Bool
     ) async throws {
         guard await happens(within: timeout, condition) else {
