@@ -381,9 +381,15 @@ extension SttdApp {
         // Before the loops' threads exist: a thread that allocated before the limit is set keeps
         // an arena of its own.
         limitAllocatorRetention()
+        return blockOnEventLoops { await run(configPath: configPath) }
+    }
+
+    /// Runs `program` as the process's one root task on NIO's event loops (see above), the main
+    /// thread waiting for its exit status: what `sttctl` and the long-running `sttd-ibus` run in
+    /// too. Call before any other concurrency is used.
+    public static func blockOnEventLoops(_ program: @escaping @Sendable () async -> Int32) -> Int32 {
         NIOSingletons.unsafeTryInstallSingletonPosixEventLoopGroupAsConcurrencyGlobalExecutor()
         let loop = MultiThreadedEventLoopGroup.singleton.any()
-        // The main thread waits for the service's one root task.
-        return (try? loop.makeFutureWithTask { await run(configPath: configPath) }.wait()) ?? ExitCode.failure
+        return (try? loop.makeFutureWithTask(program).wait()) ?? ExitCode.failure
     }
 }
