@@ -134,8 +134,11 @@ struct DoctorProbe {
         for line in text.split(whereSeparator: \.isNewline).map({ $0.trimmingCharacters(in: .whitespaces) }) {
             if line.hasPrefix("[") {
                 inGroup = line == "[\(group)]"
-            } else if inGroup, line.hasPrefix("\(key)=") {
-                return String(line.dropFirst(key.count + 1))
+            } else if inGroup, line.hasPrefix(key), let equals = line.firstIndex(of: "=") {
+                // KConfig keys may carry flags: System Settings writes `InputMethod[$e]=`.
+                let name = line[..<equals].trimmingCharacters(in: .whitespaces)
+                guard name == key || (name.hasPrefix("\(key)[") && name.hasSuffix("]")) else { continue }
+                return line[line.index(after: equals)...].trimmingCharacters(in: .whitespaces)
             }
         }
         return nil

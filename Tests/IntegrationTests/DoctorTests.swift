@@ -89,6 +89,44 @@ extension Integration {
             #expect(unselected.fix("input-method").contains("Super+Space"), "\(unselected.raw)")
         }
 
+        @Test func plasmaWithIBusWaylandWorksAndAnotherVirtualKeyboardOrEngineNamesTheFix() async throws {
+            let sttd = try await SttdFixture(environment: KdeDesktop.sttdEnvironment)
+            let desktop = try await KdeDesktop.start(for: sttd)
+            defer { desktop.close() }
+            let field = try await desktop.openField()
+            defer { field.close() }
+            try await InputMethodTests.waitForInputMethod(sttd, "focused", context: desktop.log)
+            var session = desktop.sessionEnvironment
+            session["DBUS_SESSION_BUS_ADDRESS"] = sttd.environment["DBUS_SESSION_BUS_ADDRESS"]
+
+            let good = try Self.doctor(sttd, environment: session)
+            #expect(good.status == 0 && good.ok && good.route == "input-method", "\(good.raw)\n\(desktop.log)")
+            for id in ["service", "session", "ibus-component", "input-source", "input-method", "im-modules"] {
+                #expect(good.status(id) == "ok", "\(id): \(good.raw)")
+            }
+
+            // Another virtual keyboard chosen in System Settings (a config folder of its own: KWin keeps its own).
+            let config = try makeTemporaryDirectory("sttd-kwinrc")
+            defer { try? FileManager.default.removeItem(atPath: config) }
+            try "[Wayland]\nInputMethod[$e]=/usr/share/applications/com.github.maliit.keyboard.desktop\n".write(
+                toFile: "\(config)/kwinrc", atomically: true, encoding: .utf8)
+            var maliit = session
+            maliit["XDG_CONFIG_HOME"] = config
+            let other = try Self.doctor(sttd, environment: maliit)
+            #expect(other.status("input-source") == "problem", "\(other.raw)")
+            #expect(other.fix("input-source").contains("Virtual Keyboard → IBus Wayland"), "\(other.raw)")
+
+            // The keyboard layout chosen in IBus instead of Dictation.
+            let ibus = try requireTool("ibus", package: "ibus")
+            // It switches, then fails to run setxkbmap, which needs X: the wait below is the check.
+            let switched = try await run(ibus, ["engine", "xkb:us::eng"], environment: session, timeout: 10)
+            try await InputMethodTests.waitForInputMethod(sttd, "", context: "\(switched)\n\(desktop.log)")
+            let unselected = try Self.doctor(sttd, environment: session)
+            #expect(unselected.status == 1 && !unselected.ok, "\(unselected.raw)")
+            #expect(unselected.status("input-method") == "problem", "\(unselected.raw)")
+            #expect(unselected.fix("input-method").contains("Super+Space"), "\(unselected.raw)")
+        }
+
         @Test func x11WithIBusWorksAndAnotherEngineNamesIBusEngineSttd() async throws {
             let sttd = try await InputMethodTests.sttd()
             let desktop = try await IBusDesktop.start(for: sttd)

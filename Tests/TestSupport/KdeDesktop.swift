@@ -37,6 +37,9 @@ public final class KdeDesktop: @unchecked Sendable {
     /// What an app needs: the Wayland display and runtime folder, and a home and config folder of
     /// its own, which hold no IBus address: text reaching it came through KWin.
     public let clientEnvironment: [String: String]
+    /// What a shell of this Plasma session sees: ibus-daemon's address, the component folder,
+    /// the config folder with kwinrc in it.
+    public let sessionEnvironment: [String: String]
     private let directory: String
     private let daemon: ChildProcess
     private let kwin: ChildProcess
@@ -94,6 +97,7 @@ public final class KdeDesktop: @unchecked Sendable {
         // ibus-wayland (KWin's child, with KWin's environment) finds ibus-daemon here.
         environment["IBUS_ADDRESS"] = address.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         environment["XDG_SESSION_TYPE"] = "wayland"
+        sessionEnvironment = environment.merging(["XDG_CURRENT_DESKTOP": "KDE"]) { $1 }
         // QPainter: no OpenGL rendering (llvmpipe) on a busy 2-core machine.
         environment["KWIN_COMPOSE"] = "Q"
         environment["QT_LOGGING_RULES"] = "kwin_scripting.debug=true"
