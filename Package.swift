@@ -127,7 +127,7 @@ let package = Package(
         .target(
             name: "InputMethod",
             dependencies: [
-                "DBus", "SpeechAPI", "CXKBCommon",
+                "DBus", "SpeechAPI", "CXKBCommon", "CSttdSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
