@@ -189,7 +189,7 @@ let package = Package(
             ],
             swiftSettings: strictness),
         .testTarget(
-            name: "InputMethodTests", dependencies: ["InputMethod", "SpeechAPI", "TestSupport"],
+            name: "InputMethodTests", dependencies: ["InputMethod", "SpeechAPI", "TestSupport", "CSttdSystem"],
             swiftSettings: strictness),
         .testTarget(name: "ControlTests", dependencies: ["Control"], swiftSettings: strictness),
         .testTarget(
