@@ -80,7 +80,8 @@ install-files:
 	sed 's|@bindir@|$(BINDIR)|g' dbus/io.github.sttd.Speech1.service > $(DESTDIR)$(DATADIR)/dbus-1/services/io.github.sttd.Speech1.service
 	install -m 644 dbus/io.github.sttd.Speech1.xml $(DESTDIR)$(DATADIR)/dbus-1/interfaces/
 	@# Plasma's Virtual Keyboard setting lists this entry (IBus Wayland), which ibus before 1.5.29 lacks (docs/desktop.md).
-	install -D -m 644 packaging/io.github.sttd.IBusWayland.desktop $(DESTDIR)$(DATADIR)/applications/io.github.sttd.IBusWayland.desktop
+	install -d $(DESTDIR)$(DATADIR)/applications
+	sed 's|@bindir@|$(BINDIR)|g' packaging/io.github.sttd.IBusWayland.desktop > $(DESTDIR)$(DATADIR)/applications/io.github.sttd.IBusWayland.desktop
 	@# sttd finds these relative to its own path: $(BINDIR)/../lib/sttd and ../share/sttd/models.
 	@if [ -f .build/engines/$(SHERPA_ENGINE)/.complete ] && [ -f .build/models/$(SHERPA_MODEL)/.complete ]; then \
 		install -d $(DESTDIR)$(PREFIX)/lib/sttd/$(SHERPA_ENGINE)/lib $(DESTDIR)$(DATADIR)/sttd/models/$(SHERPA_MODEL); \

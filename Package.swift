@@ -127,7 +127,7 @@ let package = Package(
         .target(
             name: "InputMethod",
             dependencies: [
-                "DBus", "SpeechAPI", "CXKBCommon",
+                "DBus", "SpeechAPI", "CXKBCommon", "CSttdSystem",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
@@ -189,7 +189,7 @@ let package = Package(
             ],
             swiftSettings: strictness),
         .testTarget(
-            name: "InputMethodTests", dependencies: ["InputMethod", "SpeechAPI", "TestSupport"],
+            name: "InputMethodTests", dependencies: ["InputMethod", "SpeechAPI", "TestSupport", "CSttdSystem"],
             swiftSettings: strictness),
         .testTarget(name: "ControlTests", dependencies: ["Control"], swiftSettings: strictness),
         .testTarget(

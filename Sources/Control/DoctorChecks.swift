@@ -135,9 +135,17 @@ extension DoctorFacts {
                 "Dictation is not among GNOME's input sources (org.gnome.desktop.input-sources sources: \(sources))",
                 fix: "Settings → Keyboard → Input Sources → + → English → Dictation")
         case .kde:
-            if let method = kwinInputMethod, method.lowercased().contains("ibus") {
+            if let method = kwinInputMethod, method.hasSuffix("io.github.sttd.IBusWayland.desktop") {
                 return DoctorCheck(
-                    "input-source", .inputMethod, .ok, "KWin's virtual keyboard is IBus Wayland (\(method))")
+                    "input-source", .inputMethod, .ok, "KWin's virtual keyboard is sttd's IBus Wayland (\(method))")
+            }
+            if let method = kwinInputMethod, method.lowercased().contains("ibus") {
+                // ibus-wayland (every release so far) drops the field's purpose; sttd's entry reads it.
+                return DoctorCheck(
+                    "input-source", .inputMethod, .warning,
+                    "KWin's virtual keyboard is IBus's own IBus Wayland (\(method)): password fields are not told apart",
+                    fix: "System Settings → Keyboard → Virtual Keyboard → the IBus Wayland entry sttd installs "
+                        + "(io.github.sttd.IBusWayland.desktop)")
             }
             return DoctorCheck(
                 "input-source", .inputMethod, .problem,

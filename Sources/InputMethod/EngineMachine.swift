@@ -37,6 +37,10 @@ public struct EngineMachine: Sendable {
         case focusIdAsked(path: String)
         case focusOut(path: String)
         case contentType(path: String, purpose: UInt32)
+        /// The purpose of the field KWin's input method (ibus-wayland, whose IBus client is
+        /// "wayland") serves, from `sttd-ibus --wayland`; nil: a field is activated, its purpose
+        /// not known yet (nothing is typed into it until it is).
+        case waylandPurpose(UInt32?)
         /// The field reset its input method (a click moved the cursor): its preedit is gone.
         case reset(path: String)
         /// Everything ibus-daemon sent before the round trip numbered so has been read.
@@ -91,12 +95,16 @@ public struct EngineMachine: Sendable {
         var purpose: UInt32 = 0
         /// ibus-daemon will name each focus's client (it asked `FocusId`).
         var idsComing = false
+        /// The client of its latest focus, if ibus-daemon named it.
+        var client: String?
     }
 
     /// At most this many finals wait for a focus change to settle; older ones are dropped first.
     public static let pendingLimit = 256
 
     private var engines: [String: Engine] = [:]
+    /// What `sttd-ibus --wayland` said of the field ibus-wayland serves (ordinary until it speaks).
+    private var waylandPurpose: UInt32? = 0
     /// The engine whose field has the focus, if an ordinary field (not the desktop) has it.
     private var focused: String?
     /// The focus change being settled, if any; text waits meanwhile.
@@ -120,14 +128,25 @@ public struct EngineMachine: Sendable {
     /// purpose for the new field.
     public var state: InputMethodState {
         let active = engines.values.contains { $0.enabled }
-        guard settling == nil, let focused, let engine = engines[focused], engine.enabled else {
+        guard !waiting, let focused, let engine = engines[focused], engine.enabled else {
             return InputMethodState(active: active, pushToTalk: keyDown)
         }
-        return InputMethodState(
-            active: active, focused: true, secret: Self.isSecret(engine.purpose), pushToTalk: keyDown)
+        return InputMethodState(active: active, focused: true, secret: isSecret(engine), pushToTalk: keyDown)
     }
 
     static func isSecret(_ purpose: UInt32) -> Bool { purpose == IBus.password || purpose == IBus.pin }
+
+    /// A password or PIN field, as IBus says or, for ibus-wayland's fields, as KWin says.
+    private func isSecret(_ engine: Engine) -> Bool {
+        guard engine.client == IBus.waylandClient, let waylandPurpose else { return Self.isSecret(engine.purpose) }
+        return Self.isSecret(engine.purpose) || Self.isSecret(waylandPurpose)
+    }
+
+    /// Text waits: the focused field's purpose is not known yet (a focus change settling, or
+    /// ibus-wayland's field before KWin said what it is).
+    private var waiting: Bool {
+        settling != nil || (focused.flatMap { engines[$0] }?.client == IBus.waylandClient && waylandPurpose == nil)
+    }
 
     public mutating func handle(_ event: Event) -> [Action] {
         var actions: [Action] = []
@@ -152,6 +171,7 @@ public struct EngineMachine: Sendable {
             // `FocusInId`; until then nothing is typed (older IBus never asks, and sends no ids).
             if client == nil, engines[path]?.idsComing == true { break }
             focused = path
+            engines[path]?.client = client
             committed.removeAll()
             rounds += 1
             settling = rounds
@@ -162,11 +182,24 @@ public struct EngineMachine: Sendable {
             actions += loseFocus(path)
         case .contentType(let path, let purpose):
             engines[path]?.purpose = purpose
-            guard path == focused, settling == nil else { break }
-            if !Self.isSecret(purpose) {
+            guard path == focused, !waiting, let engine = engines[path] else { break }
+            if !isSecret(engine) {
                 actions += showPreedit()
             } else if shownOn == path {
                 actions.append(.showPreedit(path: path, text: ""))
+                shownOn = nil
+            }
+        case .waylandPurpose(let purpose):
+            waylandPurpose = purpose
+            guard let focused, let engine = engines[focused], engine.client == IBus.waylandClient, !waiting else {
+                break
+            }
+            // Text that waited for the purpose goes (or is dropped, in a password field).
+            actions += deliverPending()
+            if !isSecret(engine) {
+                actions += showPreedit()
+            } else if shownOn == focused {
+                actions.append(.showPreedit(path: focused, text: ""))
                 shownOn = nil
             }
         case .reset(let path):
@@ -175,6 +208,7 @@ public struct EngineMachine: Sendable {
         case .settled(let round):
             guard round == settling else { break }
             settling = nil
+            guard !waiting else { break }
             actions += deliverPending()
             actions += showPreedit()
         case .preedit(let text):
@@ -182,7 +216,7 @@ public struct EngineMachine: Sendable {
             actions += showPreedit()
         case .deliver(let delivery):
             if case .commit = delivery { preedit = "" }
-            if settling != nil {
+            if waiting {
                 pending.append(delivery)
                 if pending.count > Self.pendingLimit { pending.removeFirst() }
             } else {
@@ -226,8 +260,7 @@ public struct EngineMachine: Sendable {
 
     /// The focused ordinary field, if text may go there now.
     private var target: String? {
-        guard settling == nil, let focused, let engine = engines[focused], engine.enabled,
-            !Self.isSecret(engine.purpose)
+        guard !waiting, let focused, let engine = engines[focused], engine.enabled, !isSecret(engine)
         else { return nil }
         return focused
     }
@@ -236,7 +269,7 @@ public struct EngineMachine: Sendable {
         guard let target else {
             switch delivery {
             case .commit(let text):
-                let secret = focused.flatMap { engines[$0] }.map { Self.isSecret($0.purpose) } ?? false
+                let secret = focused.flatMap { engines[$0] }.map { isSecret($0) } ?? false
                 return [.dropped(characters: text.count, secret: secret)]
             case .delete(let characters):
                 return characters > 0 ? [.deleteRefused(characters: characters)] : []
@@ -269,9 +302,9 @@ public struct EngineMachine: Sendable {
     }
 
     private mutating func deliverPending() -> [Action] {
-        let waiting = pending
+        let queued = pending
         pending.removeAll()
-        return waiting.flatMap { deliver($0) }
+        return queued.flatMap { deliver($0) }
     }
 
     private mutating func showPreedit() -> [Action] {

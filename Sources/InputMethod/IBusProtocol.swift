@@ -49,6 +49,14 @@ public enum IBus {
 
     /// The focus-in "client" ibus-daemon gives when no field has the focus (the desktop).
     static let fakeClient = "fake"
+    /// The client name ibus-wayland creates its input contexts with (KWin's fields).
+    static let waylandClient = "wayland"
+
+    /// `sttd-ibus --wayland` (the proxy in front of ibus-wayland) owns this name on ibus-daemon's
+    /// bus and tells the engine the purpose of KWin's focused field through this object.
+    static let waylandProxyName = "io.github.sttd.IBus.Wayland"
+    static let waylandPath = "/io/github/sttd/IBus/Wayland"
+    static let waylandInterface = "io.github.sttd.IBus.Wayland"
 
     /// An `IBusText` as IBus serializes it, in a variant: `(sa{sv}sv)` with an empty
     /// `IBusAttrList` `(sa{sv}av)`.

@@ -106,4 +106,22 @@ extension InputMethodEngine {
         let serviceInterface = DBusInterface(name: IBus.serviceInterface, methods: [destroy])
         return try DBusObject(path: path, interfaces: [engineInterface, serviceInterface], logger: logger)
     }
+
+    /// Where `sttd-ibus --wayland` tells the purpose of KWin's focused field (ibus-wayland 1.5.27
+    /// does not pass it on). The reply goes after the event is queued, ahead of the focus
+    /// ibus-wayland gives once the proxy lets KWin's event through: no race. Only the same user
+    /// reaches ibus-daemon's bus.
+    func waylandPurpose(queue: EventQueue) -> DBusObject {
+        let setPurpose = DBusMethod(
+            "SetPurpose", inputs: [DBusArgument("purpose", .uint32), DBusArgument("known", .boolean)]
+        ) { call, reply in
+            let known = call.arguments[1].boolean ?? false
+            queue.yield(.waylandPurpose(known ? call.arguments[0].uint32 ?? 0 : nil))
+            reply.send([])
+        }
+        // A fixed, valid declaration: it cannot fail.
+        return try! DBusObject(
+            path: IBus.waylandPath, interfaces: [DBusInterface(name: IBus.waylandInterface, methods: [setPurpose])],
+            logger: logger)
+    }
 }

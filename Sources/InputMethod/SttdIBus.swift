@@ -29,6 +29,13 @@ public struct SttdIBus: AsyncParsableCommand {
     @Flag(help: "Started by ibus-daemon (accepted for IBus's convention; nothing changes).")
     var ibus = false
 
+    @Flag(
+        help: """
+            Run as KDE Plasma's input method (sttd's desktop entry): make sure ibus-daemon runs, then \
+            run ibus-wayland, telling the engine which fields are password fields.
+            """)
+    var wayland = false
+
     @Flag(help: "Log each engine event.")
     var verbose = false
 
@@ -45,8 +52,18 @@ public struct SttdIBus: AsyncParsableCommand {
             handler.logLevel = verbose ? .debug : .info
             return handler
         }
-        let logger = Logger(label: "sttd-ibus")
+        let logger = Logger(label: wayland ? "sttd-ibus --wayland" : "sttd-ibus")
         let environment = ProcessInfo.processInfo.environment
+        if wayland {
+            let status: Int32
+            do {
+                status = try await WaylandFrontEnd(environment: environment, logger: logger).run()
+            } catch {
+                logger.critical("\(error.message)")
+                throw ExitCode.failure
+            }
+            throw ExitCode(status)
+        }
         let configPath = EngineConfiguration.path(environment: environment)
         let configuration: EngineConfiguration
         do {

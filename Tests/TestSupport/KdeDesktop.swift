@@ -41,18 +41,22 @@ public final class KdeDesktop: @unchecked Sendable {
     /// the config folder with kwinrc in it.
     public let sessionEnvironment: [String: String]
     private let directory: String
-    private let daemon: ChildProcess
+    /// ibus-daemon, unless the input method started it (``start(for:ibusRunning:)``).
+    private let daemon: ChildProcess?
+    private let environment: [String: String]
     private let kwin: ChildProcess
     private let connection: DBusConnection
     private let closed = Atomic<Bool>(false)
 
     /// Starts ibus-daemon and KWin for `sttd` (started with ``sttdEnvironment``). Fails loudly
-    /// when a part is missing.
-    public static func start(for sttd: SttdFixture) async throws -> KdeDesktop {
-        try await KdeDesktop(sttd: sttd)
+    /// when a part is missing. With `ibusRunning` false, KWin starts first, as at a login where
+    /// ibus-daemon comes later: the input method (`sttd-ibus --wayland`) must start it; the engine
+    /// is then selected in it.
+    public static func start(for sttd: SttdFixture, ibusRunning: Bool = true) async throws -> KdeDesktop {
+        try await KdeDesktop(sttd: sttd, ibusRunning: ibusRunning)
     }
 
-    private init(sttd: SttdFixture) async throws {
+    private init(sttd: SttdFixture, ibusRunning: Bool) async throws {
         let kwinPath = try requireTool("kwin_wayland", package: "kwin-wayland")
         let ibus = try requireTool("ibus", package: "ibus")
         _ = try requireFile("/usr/libexec/ibus-wayland", package: "ibus-wayland")
@@ -69,8 +73,11 @@ public final class KdeDesktop: @unchecked Sendable {
         let entry = "\(directory)/share/applications/\(Self.desktopEntry)"
         try FileManager.default.createDirectory(
             atPath: "\(directory)/share/applications", withIntermediateDirectories: true)
-        try FileManager.default.copyItem(
-            atPath: "\(DeepgramSDKClient.packageRoot)/packaging/\(Self.desktopEntry)", toPath: entry)
+        // As make install writes it, naming the built sttd-ibus.
+        let bindir = (try builtExecutable("sttd-ibus") as NSString).deletingLastPathComponent
+        try String(contentsOfFile: "\(DeepgramSDKClient.packageRoot)/packaging/\(Self.desktopEntry)", encoding: .utf8)
+            .replacingOccurrences(of: "@bindir@", with: bindir)
+            .write(toFile: entry, atomically: true, encoding: .utf8)
         let config = sttd.environment["XDG_CONFIG_HOME"] ?? "\(sttd.home)/config"
         try FileManager.default.createDirectory(atPath: config, withIntermediateDirectories: true)
         try "[Wayland]\nInputMethod[$e]=\(entry)\n".write(
@@ -86,21 +93,26 @@ public final class KdeDesktop: @unchecked Sendable {
             // As in a Plasma session; the engine finds ibus-daemon's address by the display's name.
             "WAYLAND_DISPLAY": Self.display,
         ]
-        let daemon = try await IBusDesktop.startDaemon(
-            environment: environment, log: "\(directory)/ibus-daemon.log")
-        self.daemon = daemon
-        let address = try await run(ibus, ["address"], environment: environment, timeout: 10)
-        guard address.status == 0 else {
-            daemon.stop(grace: 2)
-            throw MissingPrerequisite(description: "ibus address: \(address.stderr)")
+        if ibusRunning {
+            let daemon = try await IBusDesktop.startDaemon(
+                environment: environment, log: "\(directory)/ibus-daemon.log")
+            self.daemon = daemon
+            let address = try await run(ibus, ["address"], environment: environment, timeout: 10)
+            guard address.status == 0 else {
+                daemon.stop(grace: 2)
+                throw MissingPrerequisite(description: "ibus address: \(address.stderr)")
+            }
+            // ibus-wayland (KWin's child, with KWin's environment) finds ibus-daemon here.
+            environment["IBUS_ADDRESS"] = address.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
+        } else {
+            daemon = nil
         }
-        // ibus-wayland (KWin's child, with KWin's environment) finds ibus-daemon here.
-        environment["IBUS_ADDRESS"] = address.stdout.trimmingCharacters(in: .whitespacesAndNewlines)
         environment["XDG_SESSION_TYPE"] = "wayland"
         sessionEnvironment = environment.merging(["XDG_CURRENT_DESKTOP": "KDE"]) { $1 }
         // QPainter: no OpenGL rendering (llvmpipe) on a busy 2-core machine.
         environment["KWIN_COMPOSE"] = "Q"
         environment["QT_LOGGING_RULES"] = "kwin_scripting.debug=true"
+        self.environment = environment
         kwin = try ChildProcess(
             kwinCopy,
             [
@@ -135,6 +147,37 @@ public final class KdeDesktop: @unchecked Sendable {
             throw MissingPrerequisite(
                 description: "kwin_wayland did not start with ibus-wayland (kwin-wayland, ibus-wayland): \(log)")
         }
+        if !ibusRunning {
+            // The input method started ibus-daemon; Dictation is selected in it as a user has it.
+            let selected = try await happens(within: .seconds(30)) {
+                _ = try await run(ibus, ["engine", Self.engine], environment: environment, timeout: 10)
+                let current = try await run(ibus, ["engine"], environment: environment, timeout: 10)
+                return current.stdout.trimmingCharacters(in: .whitespacesAndNewlines) == Self.engine
+            }
+            guard selected else {
+                let log = self.log
+                close()
+                throw MissingPrerequisite(description: "no ibus-daemon with the sttd engine came up: \(log)")
+            }
+        }
+    }
+
+    /// ibus-daemon's process, as its address file names it (whoever started it).
+    public var ibusDaemonPID: pid_t? {
+        guard let ibus = try? requireTool("ibus", package: "ibus"),
+            let address = try? run(ibus, ["address"], environment: environment, timeout: 10),
+            address.status == 0
+        else { return nil }
+        let folder = "\(environment["XDG_CONFIG_HOME"] ?? "")/ibus/bus"
+        let files = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+        for file in files {
+            let text = (try? String(contentsOfFile: "\(folder)/\(file)", encoding: .utf8)) ?? ""
+            guard text.contains(address.stdout.trimmingCharacters(in: .whitespacesAndNewlines)) else { continue }
+            for line in text.split(separator: "\n") where line.hasPrefix("IBUS_DAEMON_PID=") {
+                return pid_t(line.dropFirst("IBUS_DAEMON_PID=".count))
+            }
+        }
+        return nil
     }
 
     /// KWin's log, then ibus-daemon's (with the engine's in it).
@@ -204,9 +247,12 @@ public final class KdeDesktop: @unchecked Sendable {
     public func close() {
         guard !closed.exchange(true, ordering: .acquiringAndReleasing) else { return }
         let children = childProcesses(of: kwin.pid)
+        let startedDaemon = daemon == nil ? ibusDaemonPID : nil
         kwin.stop(grace: 5)
         for child in children { kill(child, SIGTERM) }
-        daemon.stop(grace: 2)
+        daemon?.stop(grace: 2)
+        // ibus-daemon, started by the input method, ends its own children (the engine, its panel).
+        if let startedDaemon { kill(startedDaemon, SIGTERM) }
         connection.close()
         try? FileManager.default.removeItem(atPath: directory)
     }

@@ -35,6 +35,15 @@ int sttd_send_all(int fd, const void *bytes, size_t count);
 /// Receives exactly `count` bytes; 0, or -1 on end of stream, error or the socket's timeout.
 int sttd_receive_all(int fd, void *bytes, size_t count);
 
+/// Receives up to `capacity` bytes and the descriptors (SCM_RIGHTS, close-on-exec) that came with
+/// them, at most `max_fds` into `fds` (`*fd_count` set). Returns the byte count (0: the peer
+/// closed), or -1 with errno set (EMSGSIZE: more descriptors than `max_fds`; none are kept).
+long sttd_receive_with_fds(int fd, void *bytes, size_t capacity, int *fds, int max_fds, int *fd_count);
+
+/// Sends all `count` bytes, the `fd_count` descriptors with the first of them (no SIGPIPE when
+/// the peer is gone); 0, or -1 with errno set.
+int sttd_send_with_fds(int fd, const void *bytes, size_t count, const int *fds, int fd_count);
+
 /// An anonymous in-memory file (close-on-exec), or -1 with errno set.
 int sttd_memfd(const char *name);
 
