@@ -16,6 +16,9 @@ import SpeechAPI
 /// - A held push-to-talk key repeats presses: only the first starts a session. Its release goes
 ///   to whichever window has the focus: when the engine loses the focus and does not get it
 ///   back within ``focusGrace``, the release can no longer arrive here, so the session stops.
+/// - A desktop may switch the input method off while a password field has the focus (GNOME Shell
+///   switches to the keyboard layout): until a field has the focus again, sttd hears "a password
+///   field, input method off", so that the typing tools do not type into it instead.
 /// - "scratch that" deletes only the text this engine committed into the field that still has
 ///   the focus, newest first; a focus change, a reset (the cursor moved), a key the user typed or
 ///   a key sttd pressed makes the earlier text the field's own.
@@ -121,6 +124,10 @@ public struct EngineMachine: Sendable {
     private var committed: [Int] = []
     /// Numbers the focus losses while push-to-talk is held; only the newest may stop the session.
     private var focusLosses: UInt64 = 0
+    /// The engine whose password field lost the focus and heard of no focus since, if any.
+    private var leftSecretField: String?
+    /// The input method went off in a password field (``leftSecretField``'s engine was disabled).
+    private var offInSecretField = false
 
     public init() {}
 
@@ -128,6 +135,9 @@ public struct EngineMachine: Sendable {
     /// purpose for the new field.
     public var state: InputMethodState {
         let active = engines.values.contains { $0.enabled }
+        if !active, offInSecretField {
+            return InputMethodState(active: false, focused: true, secret: true, pushToTalk: keyDown)
+        }
         guard !waiting, let focused, let engine = engines[focused], engine.enabled else {
             return InputMethodState(active: active, pushToTalk: keyDown)
         }
@@ -154,16 +164,21 @@ public struct EngineMachine: Sendable {
         case .created(let path):
             engines[path] = Engine()
         case .destroyed(let path):
+            noteSwitchedOff(path)
             engines[path] = nil
             actions += loseFocus(path)
         case .enabled(let path):
             // Only engines ibus-daemon created and has not destroyed: a late call cannot revive one.
             engines[path]?.enabled = true
+            if engines[path] != nil { offInSecretField = false }
         case .disabled(let path):
+            noteSwitchedOff(path)
             engines[path]?.enabled = false
             actions += loseFocus(path)
         case .focusIn(let path, let client):
             guard engines[path] != nil else { break }
+            leftSecretField = nil
+            offInSecretField = false
             if focused != path { actions += loseFocus(focused) }
             guard client != IBus.fakeClient else { break }
             // IBus 1.5.27 sends a new engine's first focus before it has read `FocusId`, with no
@@ -243,9 +258,17 @@ public struct EngineMachine: Sendable {
         return actions
     }
 
+    /// The engine at `path` is switched off: in a password field (focused, or left without a
+    /// focus since), the desktop turned Dictation off there.
+    private mutating func noteSwitchedOff(_ path: String) {
+        let inSecretField = focused == path && !waiting && engines[path].map(isSecret) == true
+        if inSecretField || leftSecretField == path { offInSecretField = true }
+    }
+
     /// The engine at `path` no longer has an ordinary field's focus.
     private mutating func loseFocus(_ path: String?) -> [Action] {
         guard let path, focused == path else { return [] }
+        if !waiting, engines[path].map(isSecret) == true { leftSecretField = path }
         focused = nil
         settling = nil
         committed.removeAll()

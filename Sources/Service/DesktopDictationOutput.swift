@@ -33,8 +33,8 @@ struct DesktopDictationOutput: DictationOutput {
     func begin(_ mode: OutputMode, failed: @escaping @Sendable (String) -> Void) throws(SpeechError)
         -> any DictationOutputSession
     {
-        if mode == .type, let inputMethod, let state = inputMethod.activeState {
-            if state.focused && state.secret { throw Self.secretField }
+        if mode == .type, inputMethod?.secretFieldFocused == true { throw Self.secretField }
+        if mode == .type, let inputMethod, inputMethod.activeState != nil {
             return InputMethodDictationSession(route: inputMethod, failed: failed)
         }
         let desktop = DesktopOutput(environment: environment, typingTool: typingTool, logger: logger)
@@ -47,7 +47,8 @@ struct DesktopDictationOutput: DictationOutput {
         } catch {
             throw .invalidConfiguration("output = \"\(mode.rawValue)\" cannot work here: \(error.message)")
         }
-        return DesktopDictationSession(desktop: desktop, mode: mode, paste: paste, logger: logger, failed: failed)
+        return DesktopDictationSession(
+            desktop: desktop, mode: mode, paste: paste, inputMethod: inputMethod, logger: logger, failed: failed)
     }
 
     static let secretField = SpeechError.notAuthorized(
@@ -73,7 +74,7 @@ private final class InputMethodDictationSession: DictationOutputSession {
     }
 
     func type(_ text: String) {
-        guard let state = route.activeState else { return report(.inputMethodGone) }
+        guard let state = route.activeState else { return report(route.secretFieldFocused ? .secret : .inputMethodGone) }
         // The input method drops text for no field or a secret one.
         if !state.focused || state.secret { report(state.focused ? .secret : .noField) }
         if !route.commit(text) { report(.inputMethodGone) }
@@ -119,29 +120,39 @@ final class DesktopDictationSession: DictationOutputSession {
     private let desktop: DesktopOutput
     private let mode: OutputMode
     private let paste: Bool
+    /// Says when a password field has the focus (the input method may be off there): the tools
+    /// type into whatever has the focus, so nothing is typed then.
+    private let inputMethod: InputMethodRoute?
     private let failed: @Sendable (String) -> Void
     private let logger: Logger
     private let lastReported = Mutex<String?>(nil)
 
     init(
-        desktop: DesktopOutput, mode: OutputMode, paste: Bool, logger: Logger,
+        desktop: DesktopOutput, mode: OutputMode, paste: Bool, inputMethod: InputMethodRoute? = nil, logger: Logger,
         failed: @escaping @Sendable (String) -> Void
     ) {
         self.desktop = desktop
         self.mode = mode
         self.paste = paste
+        self.inputMethod = inputMethod
         self.logger = logger
         self.failed = failed
     }
 
     func type(_ text: String) {
-        guard mode == .type else { return }
+        guard mode == .type, !inSecretField() else { return }
         desktop.type(text) { [self] error in report(error) }
     }
 
     func press(_ key: Key) {
-        guard mode == .type else { return }
+        guard mode == .type, !inSecretField() else { return }
         desktop.press([key]) { [self] error in report(error) }
+    }
+
+    private func inSecretField() -> Bool {
+        guard inputMethod?.secretFieldFocused == true else { return false }
+        report(message: "Dictated text was not typed: the focused field is for a password or PIN")
+        return true
     }
 
     /// A backspace for each character (grapheme) typed, if the tool typed it and (on X11) its
@@ -170,13 +181,17 @@ final class DesktopDictationSession: DictationOutputSession {
 
     private func report(_ error: OutputError?) {
         guard let error else { return }
+        report(message: error.message)
+    }
+
+    private func report(message: String) {
         // A display that went away fails every final the same way: one warning is enough.
         let isNew = lastReported.withLock { last in
-            defer { last = error.message }
-            return last != error.message
+            defer { last = message }
+            return last != message
         }
         if isNew {
-            failed("\(error.message). Nothing is lost: the text is in `sttctl transcript` and `sttctl history`.")
+            failed("\(message). Nothing is lost: the text is in `sttctl transcript` and `sttctl history`.")
         }
     }
 }

@@ -119,7 +119,8 @@ extension SpeechProperty where Value == String {
     public static var activeClient: Self { Self("ActiveClient") }
     /// The desktop's input method as sttd knows it: empty (none, or not chosen), `active` (chosen,
     /// no text field focused), `focused` (typed text goes into the focused field through it) or
-    /// `secret` (the focused field is for a password or PIN: nothing is typed). Not announced
+    /// `secret` (the focused field is for a password or PIN: nothing is typed, also when the
+    /// desktop switched the input method off there, as GNOME does). Not announced
     /// (`PropertiesChanged` is a broadcast, and when a password field has the focus is nobody
     /// else's business); sandboxed callers read it as empty.
     public static var inputMethod: Self { Self("InputMethod", changeSignal: .none) }
@@ -322,8 +323,10 @@ public struct InputMethodState: DBusRepresentable, Equatable {
     /// The keys of the `a{sv}` argument, each a boolean; a missing key is false.
     public static let keys = ["active", "focused", "secret", "push_to_talk"]
 
-    /// The value of the `InputMethod` property for this state.
+    /// The value of the `InputMethod` property for this state. A password field is `secret` also
+    /// when the desktop switched the input method off for it (GNOME does).
     public var summary: String {
+        if focused && secret { return "secret" }
         guard active else { return "" }
         guard focused else { return "active" }
         return secret ? "secret" : "focused"

@@ -93,6 +93,12 @@ public final class InputMethodRoute: Sendable {
         engines.withLock { engines in engines.last.flatMap { $0.state.active ? $0.state : nil } }
     }
 
+    /// Whether the input method says a password or PIN field has the focus, active or not (GNOME
+    /// switches it off in such a field): nothing may be typed there, by any route.
+    public var secretFieldFocused: Bool {
+        engines.withLock { engines in engines.last.map { $0.state.focused && $0.state.secret } ?? false }
+    }
+
     /// Shows `text` as preedit in the focused field (empty: clears it); false when no input method
     /// is active.
     @discardableResult
