@@ -31,42 +31,29 @@ extension Integration {
             _ browser: BrowserField.Browser, on desktop: Desktop, password: Bool = false, config: String,
             environment: [String: String]
         ) async throws -> Session {
+            let sttd: SttdFixture
+            let host: any BrowserDesktop
             switch desktop {
             case .kde:
-                let sttd = try await SttdFixture(
+                sttd = try await SttdFixture(
                     config: config, environment: KdeDesktop.sttdEnvironment.merging(environment) { $1 })
-                let kde = try await KdeDesktop.start(for: sttd)
-                return try await session(sttd, kde.log, kde.close) {
-                    try await kde.openBrowser(browser, password: password)
-                }
+                host = try await KdeDesktop.start(for: sttd)
             case .gnome:
-                let sttd = try await SttdFixture(
+                sttd = try await SttdFixture(
                     config: config, environment: GnomeDesktop.sttdEnvironment.merging(environment) { $1 })
-                let gnome = try await GnomeDesktop.start(for: sttd)
-                return try await session(sttd, gnome.log, gnome.close) {
-                    try await gnome.openBrowser(browser, password: password)
-                }
+                host = try await GnomeDesktop.start(for: sttd)
             case .x11:
-                let sttd = try await InputMethodTests.sttd(config: config, environment: environment)
-                let x11 = try await IBusDesktop.start(for: sttd)
-                return try await session(sttd, x11.log, x11.close) {
-                    try await x11.openBrowser(browser, password: password)
-                }
+                sttd = try await InputMethodTests.sttd(config: config, environment: environment)
+                host = try await IBusDesktop.start(for: sttd)
             }
-        }
-
-        private static func session(
-            _ sttd: SttdFixture, _ log: @escaping @Sendable @autoclosure () -> String,
-            _ close: @escaping @Sendable () -> Void, open: () async throws -> BrowserField
-        ) async throws -> Session {
             do {
-                let field = try await open()
-                return Session(sttd: sttd, field: field, log: { "\(field.log)\n\(log())" }) {
+                let field = try await host.openBrowser(browser, password: password)
+                return Session(sttd: sttd, field: field, log: { "\(field.log)\n\(host.log)" }) {
                     field.close()
-                    close()
+                    host.close()
                 }
             } catch {
-                close()
+                host.close()
                 throw error
             }
         }

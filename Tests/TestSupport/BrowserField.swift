@@ -169,6 +169,19 @@ private func descendants(of pid: pid_t) -> [pid_t] {
     childProcesses(of: pid).flatMap { [$0] + descendants(of: $0) }
 }
 
+/// A test desktop that opens browsers on the test page.
+public protocol BrowserDesktop: Sendable {
+    /// Opens `browser` on the page, its field focused (`password`: with a password field beside it).
+    func openBrowser(_ browser: BrowserField.Browser, password: Bool) async throws -> BrowserField
+    /// The desktop's log (compositor, ibus-daemon and the engine).
+    var log: String { get }
+    func close()
+}
+
+extension KdeDesktop: BrowserDesktop {}
+extension GnomeDesktop: BrowserDesktop {}
+extension IBusDesktop: BrowserDesktop {}
+
 /// The title of the test page, which the browsers put at the start of their windows' titles.
 let browserPageTitle = "sttd test field"
 
