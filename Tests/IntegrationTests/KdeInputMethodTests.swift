@@ -19,7 +19,9 @@ extension Integration {
             defer { desktop.close() }
             let field = try await desktop.openField(app)
             defer { field.close() }
-            try await GnomeInputMethodTests.dictate(into: field, sttd, context: desktop.log)
+            // VTE's preedit cannot be seen from outside: the terminal cell checks the text only.
+            try await GnomeInputMethodTests.dictate(
+                into: field, sttd, preedit: app.reportsPreedit, context: desktop.log)
         }
 
         /// Two apps' windows: the engine follows KWin's focus, so the words land only in the

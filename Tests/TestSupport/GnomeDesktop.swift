@@ -39,6 +39,8 @@ public final class GnomeDesktop: @unchecked Sendable {
     private let shell: ChildProcess
     private let connection: DBusConnection
     private let closed = Atomic<Bool>(false)
+    /// Where ibus-daemon writes its address (`ibus/bus` in its config folder).
+    private let ibusAddressFolder: String
 
     static let engine = "sttd"
     static let extensionID = "sttd-test@sttd.github.io"
@@ -131,6 +133,7 @@ public final class GnomeDesktop: @unchecked Sendable {
         }
 
         environment["XDG_SESSION_TYPE"] = "wayland"
+        ibusAddressFolder = (environment["XDG_CONFIG_HOME"] ?? "\(environment["HOME"] ?? "")/.config") + "/ibus/bus"
         let shellArguments = [
             "--headless", "--wayland", "--no-x11", "--virtual-monitor", "1024x768", "--wayland-display", Self.display,
         ]
@@ -238,9 +241,15 @@ public final class GnomeDesktop: @unchecked Sendable {
     /// gnome-shell's log, with ibus-daemon's in it.
     public var log: String { Self.read("\(directory)/gnome-shell.log") }
 
-    /// Opens a GTK 3 window with one field and activates it, as a click on it would.
-    public func openField(password: Bool = false) async throws -> IBusField {
-        let field = try await IBusField(environment: clientEnvironment, password: password)
+    /// Opens `app`'s window with one field and activates it, as a click on it would. Qt gets
+    /// QT_IM_MODULE=ibus (mutter offers Qt's text-input-v2 nothing), as im-config sets it.
+    public func openField(_ app: DesktopApp = .gtk3, password: Bool = false) async throws -> IBusField {
+        var environment = clientEnvironment
+        if DesktopApp.qt.contains(app) {
+            environment.merge(["QT_IM_MODULE": "ibus", "QT_QPA_PLATFORM": "wayland"]) { $1 }
+            environment["IBUS_ADDRESS_FILE"] = try await ibusAddressFile()
+        }
+        let field = try await app.openField(environment: environment, password: password)
         var focused = false
         var found = ""
         for _ in 0..<5 where !focused {
@@ -265,6 +274,22 @@ public final class GnomeDesktop: @unchecked Sendable {
                 description: "could not focus the GTK test field (window found: \(found)): \(field.log)\n\(log)")
         }
         return field
+    }
+
+    /// The file ibus-daemon wrote its address to for this display (`<machine-id>-unix-<display>`;
+    /// it writes one for display 0 too). Qt's IBus plugin reads only that file, from its own
+    /// config folder: a login shares the folder, the test's windows do not (theirs is their own).
+    private func ibusAddressFile() async throws -> String {
+        let folder = ibusAddressFolder
+        var files: [String] = []
+        let written = await happens(within: .seconds(30)) {
+            files = (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []
+            return files.contains { $0.hasSuffix("-unix-\(Self.display)") }
+        }
+        guard written, let file = files.first(where: { $0.hasSuffix("-unix-\(Self.display)") }) else {
+            throw MissingPrerequisite(description: "no IBus address for \(Self.display) in \(folder): \(files)\n\(log)")
+        }
+        return "\(folder)/\(file)"
     }
 
     /// Stops gnome-shell (and so ibus-daemon and its engine), the logind stand-in and the system bus.

@@ -31,15 +31,7 @@ public final class IBusDesktop: @unchecked Sendable {
     }
 
     private init(environment base: [String: String]) async throws {
-        let libraries = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib")) ?? []
-        guard
-            libraries.contains(where: {
-                FileManager.default.fileExists(atPath: "/usr/lib/\($0)/gtk-3.0/3.0.0/immodules/im-ibus.so")
-            })
-        else {
-            throw MissingPrerequisite(
-                description: "GTK 3's IBus module is missing: `sudo apt install ibus-gtk3` (scripts/setup test)")
-        }
+        try Self.requireModule("gtk-3.0/3.0.0/immodules/im-ibus.so", of: "GTK 3", package: "ibus-gtk3")
         directory = try makeTemporaryDirectory("sttd-ibus")
         try await Self.writeComponent(into: directory)
         var environment = base
@@ -92,13 +84,30 @@ public final class IBusDesktop: @unchecked Sendable {
         (try? String(contentsOfFile: "\(directory)/ibus-daemon.log", encoding: .utf8)) ?? "(no log)"
     }
 
-    /// Opens a GTK 3 window with one field, using IBus, and gives it the keyboard focus; it
-    /// closes at the latest with the desktop.
-    public func openField(password: Bool = false) async throws -> IBusField {
-        let field = try await IBusField(environment: environment, password: password)
+    /// Opens `app`'s window with one field, using IBus (Qt as im-config sets it up: QT_IM_MODULE,
+    /// XMODIFIERS), and gives it the keyboard focus; it closes at the latest with the desktop.
+    public func openField(_ app: DesktopApp = .gtk3, password: Bool = false) async throws -> IBusField {
+        var environment = environment
+        if DesktopApp.qt.contains(app) {
+            environment.merge(["QT_IM_MODULE": "ibus", "XMODIFIERS": "@im=ibus", "QT_QPA_PLATFORM": "xcb"]) { $1 }
+        }
+        // Without it GTK 4's field gets the focus and no text.
+        if app == .gtk4 {
+            try Self.requireModule("gtk-4.0/4.0.0/immodules/libim-ibus.so", of: "GTK 4", package: "ibus-gtk4")
+        }
+        let field = try await app.openField(environment: environment, password: password)
         fields.withLock { $0.append(field) }
         try await field.focus()
         return field
+    }
+
+    /// Fails naming `package` unless a toolkit's IBus module (`path` under /usr/lib/<triplet>) is installed.
+    private static func requireModule(_ path: String, of toolkit: String, package: String) throws {
+        let libraries = (try? FileManager.default.contentsOfDirectory(atPath: "/usr/lib")) ?? []
+        guard libraries.contains(where: { FileManager.default.fileExists(atPath: "/usr/lib/\($0)/\(path)") }) else {
+            throw MissingPrerequisite(
+                description: "\(toolkit)'s IBus module is missing: `sudo apt install \(package)` (scripts/setup test)")
+        }
     }
 
     /// Kills the engine (`sttd-ibus`, ibus-daemon's child) at once, as a crash would.
