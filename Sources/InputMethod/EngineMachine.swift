@@ -177,14 +177,15 @@ public struct EngineMachine: Sendable {
             actions += loseFocus(path)
         case .focusIn(let path, let client):
             guard engines[path] != nil else { break }
-            leftSecretField = nil
-            offInSecretField = false
             if focused != path { actions += loseFocus(focused) }
             guard client != IBus.fakeClient else { break }
             // IBus 1.5.27 sends a new engine's first focus before it has read `FocusId`, with no
             // client: usually its own fake context (the desktop). A field is named by the next
             // `FocusInId`; until then nothing is typed (older IBus never asks, and sends no ids).
             if client == nil, engines[path]?.idsComing == true { break }
+            // A field has the focus: the password field the input method went off in has not.
+            leftSecretField = nil
+            offInSecretField = false
             focused = path
             engines[path]?.client = client
             committed.removeAll()
@@ -261,14 +262,15 @@ public struct EngineMachine: Sendable {
     /// The engine at `path` is switched off: in a password field (focused, or left without a
     /// focus since), the desktop turned Dictation off there.
     private mutating func noteSwitchedOff(_ path: String) {
-        let inSecretField = focused == path && !waiting && engines[path].map(isSecret) == true
+        // Waiting or not: GNOME switches off right after it hears the purpose, before the settling ends.
+        let inSecretField = focused == path && engines[path].map(isSecret) == true
         if inSecretField || leftSecretField == path { offInSecretField = true }
     }
 
     /// The engine at `path` no longer has an ordinary field's focus.
     private mutating func loseFocus(_ path: String?) -> [Action] {
         guard let path, focused == path else { return [] }
-        if !waiting, engines[path].map(isSecret) == true { leftSecretField = path }
+        if engines[path].map(isSecret) == true { leftSecretField = path }
         focused = nil
         settling = nil
         committed.removeAll()

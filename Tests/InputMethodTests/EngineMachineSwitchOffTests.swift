@@ -16,6 +16,9 @@ import Testing
         if focusOutFirst { _ = machine.handle(.focusOut(path: Self.field)) }
         #expect(machine.handle(.disabled(path: Self.field)).last == .report(Self.secretOff))
         #expect(machine.state.summary == "secret")
+        // ibus-daemon focuses its own context (the desktop) while it switches engines: no field.
+        _ = machine.handle(.focusIn(path: Self.field, client: "fake"))
+        #expect(machine.state == Self.secretOff)
         _ = machine.handle(.destroyed(path: Self.field))
         #expect(machine.state == Self.secretOff)
 
@@ -26,6 +29,16 @@ import Testing
         _ = machine.handle(.focusIn(path: next, client: "gtk3-im:test"))
         _ = machine.handle(.settled(2))  // the machine's second focus
         #expect(machine.state == InputMethodState(active: true, focused: true))
+    }
+
+    /// On a busy machine GNOME switches off before the focus change has settled.
+    @Test func switchedOffBeforeTheFocusSettledInAPasswordFieldIsSecret() {
+        var machine = EngineMachine()
+        _ = machine.handle(.created(path: Self.field))
+        _ = machine.handle(.enabled(path: Self.field))
+        _ = machine.handle(.focusIn(path: Self.field, client: "gtk4-im:test"))
+        _ = machine.handle(.contentType(path: Self.field, purpose: IBus.password))
+        #expect(machine.handle(.disabled(path: Self.field)).last == .report(Self.secretOff))
     }
 
     /// The user switching away from Dictation in an ordinary field: the input method is off, and
@@ -41,6 +54,7 @@ import Testing
         var machine = EngineMachineTests.focusedMachine(purpose: IBus.password)
         _ = machine.handle(.focusOut(path: Self.field))
         _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:other"))
+        _ = machine.handle(.contentType(path: Self.field, purpose: 0))
         _ = machine.handle(.disabled(path: Self.field))
         #expect(machine.state == InputMethodState())
     }
