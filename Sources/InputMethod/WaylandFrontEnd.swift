@@ -58,10 +58,15 @@ public struct WaylandFrontEnd: Sendable {
 
         let proxy = WaylandProxy(
             compositor: compositor, inputMethod: pair[0], logger: logger, announce: { announcer.announce($0) })
-        let reason = await withCheckedContinuation { continuation in
-            let thread = Thread { continuation.resume(returning: proxy.run()) }
-            thread.name = "wayland-proxy"
-            thread.start()
+        let reason = await withDiscardingTaskGroup { group in
+            group.addTask { await announcer.run() }
+            let reason = await withCheckedContinuation { continuation in
+                let thread = Thread { continuation.resume(returning: proxy.run()) }
+                thread.name = "wayland-proxy"
+                thread.start()
+            }
+            announcer.finish()
+            return reason
         }
         logger.notice("\(reason); exiting")
         // Ended first, so that ibus-wayland does not abort on a closed socket (it is not reaped
@@ -69,7 +74,6 @@ public struct WaylandFrontEnd: Sendable {
         kill(child, SIGTERM)
         close(pair[0])
         close(compositor)
-        announcer.finish()
         signals.forEach { $0.cancel() }
         var status: Int32 = 0
         if sttd_wait_child(child, 3000, &status) != 1 {
@@ -111,6 +115,11 @@ func errnoText() -> String { String(cString: strerror(errno)) }
 /// since it takes a field's purpose as unknown until told.
 final class PurposeAnnouncer: Sendable {
     private let purpose = Mutex<UInt32?>(0)
+    private let ibus: DBusConnection
+    private let logger: Logger
+    private let pending: AsyncStream<@Sendable () -> Void>
+    /// Bounded: an announcement beyond 64 waiting is dropped and its caller does not wait (the
+    /// newest purpose still goes with the next one).
     private let requests: AsyncStream<@Sendable () -> Void>.Continuation
 
     init(ibus: DBusConnection, logger: Logger) async throws(IBusError) {
@@ -120,36 +129,45 @@ final class PurposeAnnouncer: Sendable {
         } catch {
             throw IBusError("cannot own \(IBus.waylandProxyName) on ibus-daemon's bus: \(error.message)")
         }
-        let (stream, requests) = AsyncStream.makeStream(
+        self.ibus = ibus
+        self.logger = logger
+        (pending, requests) = AsyncStream.makeStream(
             of: (@Sendable () -> Void).self, bufferingPolicy: .bufferingOldest(64))
-        self.requests = requests
-        Task { [self] in
-            for await done in stream {
-                let current = purpose.withLock { $0 }
-                do {
-                    _ = try await ibus.call(
-                        destination: IBus.componentName, path: IBus.waylandPath, interface: IBus.waylandInterface,
-                        member: "SetPurpose", arguments: [.uint32(current ?? 0), .boolean(current != nil)],
-                        timeout: .seconds(5))
-                } catch {
-                    // No engine yet: it asks for the purpose again when it starts.
-                    logger.debug("the engine did not take the field's purpose", metadata: ["error": "\(error)"])
-                }
-                done()
-            }
-        }
+        requests.yield {}
+    }
+
+    /// Announces until ``finish()``: each request, and again whenever the engine gets a new owner.
+    func run() async {
         let changes = try? await ibus.signals(
             interface: "org.freedesktop.DBus", member: "NameOwnerChanged", argument0: IBus.componentName)
-        Task {
-            guard let changes else { return }
-            for await change in changes {
-                guard change.arguments.count == 3, change.arguments[0].string == IBus.componentName,
-                    change.arguments[2].string?.isEmpty == false
-                else { continue }
-                requests.yield {}
+        await withDiscardingTaskGroup { group in
+            if let changes {
+                group.addTask { [requests] in
+                    for await change in changes {
+                        guard change.arguments.count == 3, change.arguments[0].string == IBus.componentName,
+                            change.arguments[2].string?.isEmpty == false
+                        else { continue }
+                        requests.yield {}
+                    }
+                }
             }
+            for await done in pending { await announce(then: done) }
+            group.cancelAll()
         }
-        requests.yield {}
+    }
+
+    private func announce(then done: @Sendable () -> Void) async {
+        let current = purpose.withLock { $0 }
+        do {
+            _ = try await ibus.call(
+                destination: IBus.componentName, path: IBus.waylandPath, interface: IBus.waylandInterface,
+                member: "SetPurpose", arguments: [.uint32(current ?? 0), .boolean(current != nil)],
+                timeout: .seconds(5))
+        } catch {
+            // No engine yet: it asks for the purpose again when it starts.
+            logger.debug("the engine did not take the field's purpose", metadata: ["error": "\(error)"])
+        }
+        done()
     }
 
     /// Blocks the proxy's thread until the engine has `purpose` (or the call failed, bounded).
