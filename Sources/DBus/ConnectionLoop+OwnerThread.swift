@@ -190,11 +190,8 @@ extension ConnectionLoop {
         guard message.sender == Self.busDriver, message.interface == Self.busDriver,
             message.member == "NameOwnerChanged"
         else { return }
-        let arguments = message.arguments()
-        guard arguments.count == 3, let name = arguments[0].string, owners[name] != nil,
-            let newOwner = arguments[2].string
-        else { return }
-        owners[name]?.owner = newOwner.isEmpty ? nil : newOwner
+        guard let change = NameOwnerChange(arguments: message.arguments()), owners[change.name] != nil else { return }
+        owners[change.name]?.owner = change.newOwner
     }
 
     func dispatchToObject(_ message: Message) {

@@ -258,8 +258,8 @@ public final class InputMethodEngine: Sendable {
             return logger.error("cannot follow sttd's bus name", metadata: ["error": "\(error.message)"])
         }
         for await change in changes {
-            guard change.arguments.count == 3, change.arguments[0].string == SpeechAPI.busName,
-                change.arguments[2].string?.isEmpty == false
+            guard let change = NameOwnerChange(arguments: change.arguments), change.name == SpeechAPI.busName,
+                change.newOwner != nil
             else { continue }
             queue.yield(.sttdAppeared)
         }

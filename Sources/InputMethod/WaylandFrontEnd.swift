@@ -144,8 +144,8 @@ final class PurposeAnnouncer: Sendable {
             if let changes {
                 group.addTask { [requests] in
                     for await change in changes {
-                        guard change.arguments.count == 3, change.arguments[0].string == IBus.componentName,
-                            change.arguments[2].string?.isEmpty == false
+                        guard let change = NameOwnerChange(arguments: change.arguments),
+                            change.name == IBus.componentName, change.newOwner != nil
                         else { continue }
                         requests.yield {}
                     }

@@ -173,12 +173,11 @@ public final class Consent: Sendable {
                 group.addTask { [self] in
                     // Only the bus's own signals reach here (the subscription checks the sender).
                     for await signal in departures {
-                        // A unique name whose owner went away: `(name, old, "")`.
-                        guard signal.arguments.count == 3, let name = signal.arguments[0].string,
-                            name.hasPrefix(":"), signal.arguments[2].string == ""
+                        // A unique name whose owner went away.
+                        guard let change = NameOwnerChange(arguments: signal.arguments), change.name.hasPrefix(":"), change.newOwner == nil
                         else { continue }
-                        identities.forget(name)
-                        for observer in departureObservers.withLock({ $0 }) { observer(name) }
+                        identities.forget(change.name)
+                        for observer in departureObservers.withLock({ $0 }) { observer(change.name) }
                     }
                 }
             }

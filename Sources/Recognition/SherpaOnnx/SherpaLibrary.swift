@@ -50,9 +50,6 @@ public struct SherpaInstall: Sendable, Equatable {
         }
         return found
     }
-
-    /// Whether both the engine and the default model are there.
-    public var isComplete: Bool { engineDirectory != nil && defaultModelDirectory != nil }
 }
 
 /// The functions of `libsherpa-onnx-c-api.so` that sttd uses, looked up once with `dlopen`.
