@@ -26,57 +26,47 @@ static void reset_signals(posix_spawnattr_t *attributes, short extra_flags) {
     posix_spawnattr_setflags(attributes, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF | extra_flags);
 }
 
+/// The one spawn path: `actions` (the caller's descriptor set-up, destroyed here) plus every
+/// descriptor from `close_from` up closed, signals reset, in a process group of its own if asked.
+static int spawn_with(pid_t *pid, const char *path, char *const argv[], char *const envp[],
+                      posix_spawn_file_actions_t *actions, int close_from, int own_group) {
+    // Sockets from NIO and libdbus are not close-on-exec: a child holding a copy would keep a
+    // connection open after its owner closed it.
+    posix_spawn_file_actions_addclosefrom_np(actions, close_from);
+    posix_spawnattr_t attributes;
+    int result = posix_spawnattr_init(&attributes);
+    if (result == 0) {
+        if (own_group) posix_spawnattr_setpgroup(&attributes, 0);
+        reset_signals(&attributes, own_group ? POSIX_SPAWN_SETPGROUP : 0);
+        result = posix_spawn(pid, path, actions, &attributes, argv, envp);
+        posix_spawnattr_destroy(&attributes);
+    }
+    posix_spawn_file_actions_destroy(actions);
+    return result;
+}
+
 int sttd_spawn(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                const char *stdin_path, const char *stdout_path, const char *stderr_path) {
     posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attributes;
     int result = posix_spawn_file_actions_init(&actions);
     if (result != 0) return result;
-    result = posix_spawnattr_init(&attributes);
-    if (result != 0) {
-        posix_spawn_file_actions_destroy(&actions);
-        return result;
-    }
     posix_spawn_file_actions_addopen(&actions, 0, stdin_path, O_RDONLY, 0);
     posix_spawn_file_actions_addopen(&actions, 1, stdout_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
     posix_spawn_file_actions_addopen(&actions, 2, stderr_path, O_WRONLY | O_CREAT | O_APPEND, 0644);
-    // Sockets from NIO and libdbus are not close-on-exec: a child holding a copy would keep a
-    // connection open after its owner closed it.
-    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-
-    reset_signals(&attributes, 0);
-
-    result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
-    posix_spawnattr_destroy(&attributes);
-    posix_spawn_file_actions_destroy(&actions);
-    return result;
+    return spawn_with(pid, path, argv, envp, &actions, 3, 0);
 }
 
 int sttd_spawn_fds(pid_t *pid, const char *path, char *const argv[], char *const envp[],
                    int stdin_fd, int stdout_fd, int stderr_fd) {
     posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attributes;
     int result = posix_spawn_file_actions_init(&actions);
     if (result != 0) return result;
-    result = posix_spawnattr_init(&attributes);
-    if (result != 0) {
-        posix_spawn_file_actions_destroy(&actions);
-        return result;
-    }
     // dup2 onto the same number clears close-on-exec (glibc), so a descriptor already at 0/1/2 works.
     posix_spawn_file_actions_adddup2(&actions, stdin_fd, 0);
     posix_spawn_file_actions_adddup2(&actions, stdout_fd, 1);
     posix_spawn_file_actions_adddup2(&actions, stderr_fd, 2);
-    posix_spawn_file_actions_addclosefrom_np(&actions, 3);
-
     // Its own process group: a timeout kills the tool and anything it started.
-    posix_spawnattr_setpgroup(&attributes, 0);
-    reset_signals(&attributes, POSIX_SPAWN_SETPGROUP);
-
-    result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
-    posix_spawnattr_destroy(&attributes);
-    posix_spawn_file_actions_destroy(&actions);
-    return result;
+    return spawn_with(pid, path, argv, envp, &actions, 3, 1);
 }
 
 int sttd_memfd(const char *name) { return memfd_create(name, MFD_CLOEXEC); }
@@ -120,18 +110,10 @@ int sttd_spawn_mapped(pid_t *pid, const char *path, char *const argv[], char *co
         }
     }
     posix_spawn_file_actions_t actions;
-    posix_spawnattr_t attributes;
     int result = posix_spawn_file_actions_init(&actions);
     if (result == 0) {
-        result = posix_spawnattr_init(&attributes);
-        if (result == 0) {
-            for (int i = 0; i < count; i++) posix_spawn_file_actions_adddup2(&actions, copies[i], i);
-            posix_spawn_file_actions_addclosefrom_np(&actions, count);
-            reset_signals(&attributes, 0);
-            result = posix_spawn(pid, path, &actions, &attributes, argv, envp);
-            posix_spawnattr_destroy(&attributes);
-        }
-        posix_spawn_file_actions_destroy(&actions);
+        for (int i = 0; i < count; i++) posix_spawn_file_actions_adddup2(&actions, copies[i], i);
+        result = spawn_with(pid, path, argv, envp, &actions, count, 0);
     }
     for (int i = 0; i < count; i++) close(copies[i]);
     return result;
