@@ -62,7 +62,7 @@ enum FallbackBenchmarks {
                 environment: ["STTD_API_KEY": script.key], logger: logger)
             let recognizer = FallbackRecognizer(primary: streaming, fallback: offline, after: after, logger: logger)
             let events = TimedEvents()
-            let session = try await recognizer.startStream(SessionOptions(), events: events)
+            let session = try await recognizer.startStream(StreamOptions(), events: events)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await session.run() }
                 // Real time, 100 ms chunks, as capture delivers them.

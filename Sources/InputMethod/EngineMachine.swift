@@ -83,7 +83,8 @@ public struct EngineMachine: Sendable {
         case report(InputMethodState)
         /// Make a round trip to ibus-daemon, then feed ``Event/settled(_:)`` with this number.
         case settle(UInt64)
-        case startStream
+        /// Start a dictation session (push-to-talk pressed), and stop it (released).
+        case startSession
         case stopSession
         /// Text dropped because no ordinary field had the focus (logged, never with the text).
         case dropped(characters: Int, secret: Bool)
@@ -241,7 +242,7 @@ public struct EngineMachine: Sendable {
         case .sttdAppeared:
             reported = nil
         case .pushToTalk(let pressed):
-            if pressed && !keyDown { actions.append(.startStream) }
+            if pressed && !keyDown { actions.append(.startSession) }
             if !pressed && keyDown { actions.append(.stopSession) }
             keyDown = pressed
         case .userKey(let path):

@@ -199,7 +199,7 @@ public final class InputMethodEngine: Sendable {
             outputs.reports.yield(state)
         case .settle(let round):
             outputs.rounds.yield(round)
-        case .startStream:
+        case .startSession:
             outputs.commands.yield(.start)
         case .stopSession:
             outputs.commands.yield(.stop)

@@ -20,8 +20,8 @@ public struct ListenRequest: Sendable, Equatable {
     public init() {}
 
     /// The session options the recognizer gets.
-    public var sessionOptions: SessionOptions {
-        SessionOptions(
+    public var streamOptions: StreamOptions {
+        StreamOptions(
             language: language, interimResults: interimResults, keyterms: keyterms,
             servedTo: "a client of sttd's /v1/listen server")
     }

@@ -46,7 +46,7 @@ struct ListenStream {
 
         let session: any RecognitionStream
         do throws(RecognitionError) {
-            session = try await recognizer.startStream(request.sessionOptions, events: sink)
+            session = try await recognizer.startStream(request.streamOptions, events: sink)
         } catch {
             if error.kind == .busy {
                 logger.notice("listen stream refused: the engine is busy", metadata: ["reason": "\(error.message)"])

@@ -44,21 +44,21 @@ public final class FallbackRecognizer: Recognizer {
         error.unreachable || (error.kind == .notAuthorized && error.authorization == .denied)
     }
 
-    public func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+    public func startStream(_ options: StreamOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
     {
-        let session = FallbackStream(
+        let stream = FallbackStream(
             options: options, fallback: fallback, after: after, events: events, logger: logger)
         do {
-            session.begin(try await primary.startStream(options, events: session.primaryEvents))
+            stream.begin(try await primary.startStream(options, events: stream.primaryEvents))
         } catch {
             guard Self.fallsBack(on: error) else { throw error }
             logger.warning(
                 "the streaming backend is out of reach; the session runs on the offline engine",
                 metadata: ["reason": "\(error.message)"])
-            try await session.takeOver(reason: error, backlog: (0, []))
+            try await stream.takeOver(reason: error, backlog: (0, []))
         }
-        return session
+        return stream
     }
 }
 
@@ -117,7 +117,7 @@ final class FallbackStream: RecognitionStream {
 
     let primaryEvents: EventRelay
     private let offlineEvents: EventRelay
-    private let options: SessionOptions
+    private let options: StreamOptions
     private let fallback: any Recognizer
     private let after: Duration
     private let events: any RecognitionEventSink
@@ -127,7 +127,7 @@ final class FallbackStream: RecognitionStream {
     private let linkChanged = TaskWakeup()
 
     init(
-        options: SessionOptions, fallback: any Recognizer, after: Duration, events: any RecognitionEventSink,
+        options: StreamOptions, fallback: any Recognizer, after: Duration, events: any RecognitionEventSink,
         logger: Logger
     ) {
         self.options = options

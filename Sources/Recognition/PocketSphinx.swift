@@ -122,7 +122,7 @@ public final class PocketSphinxRecognizer: Recognizer {
     }
 
     public func startStream(
-        _ options: SessionOptions, events: any RecognitionEventSink
+        _ options: StreamOptions, events: any RecognitionEventSink
     ) async throws(RecognitionError) -> any RecognitionStream {
         try await load()
         return try decoder.begin(interimResults: options.interimResults, servedTo: options.servedTo, events: events)

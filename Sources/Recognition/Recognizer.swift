@@ -61,7 +61,7 @@ public enum RecognitionText {
 }
 
 /// What a session is asked to recognize.
-public struct SessionOptions: Sendable, Equatable {
+public struct StreamOptions: Sendable, Equatable {
     public var language: String
     public var interimResults: Bool
     public var keyterms: [String]
@@ -145,7 +145,7 @@ public protocol Recognizer: Sendable {
 
     /// Starts a session; returns once it accepts audio. Its events go to `events`, in order.
     /// Bounded in time: a streaming backend gives up within its connect timeout.
-    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+    func startStream(_ options: StreamOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
 
     /// Whether the engine writes punctuation and capitals itself (spoken punctuation is off by

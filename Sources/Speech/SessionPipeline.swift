@@ -21,7 +21,7 @@ final class SessionPipeline: Sendable {
     let source: String?
     /// The capture stream's name, naming the app the session is for.
     let mediaName: String
-    let options: SessionOptions
+    let options: StreamOptions
     private let recognizer: any Recognizer
     private let microphone: any Microphone
     private let core: SpeechCore
@@ -43,7 +43,7 @@ final class SessionPipeline: Sendable {
     let levels = LevelGate()
 
     init(
-        token: Int, backend: Backend, source: String?, options: SessionOptions, recognizer: any Recognizer,
+        token: Int, backend: Backend, source: String?, options: StreamOptions, recognizer: any Recognizer,
         microphone: any Microphone, core: SpeechCore, reconnectLimit: Duration, logger: Logger,
         mediaName: String = PulseAudio.defaultMediaName, audioDirectory: String? = nil
     ) {

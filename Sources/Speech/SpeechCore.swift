@@ -287,12 +287,12 @@ public actor SpeechCore {
         let settings = settings
         let backend = options.backend ?? settings.backend
         let source = options.source ?? settings.source
-        let sessionOptions = SessionOptions(
+        let streamOptions = StreamOptions(
             language: options.language ?? settings.language,
             interimResults: options.interimResults ?? configuration.interimResults,
             keyterms: options.keyterms.isEmpty ? configuration.text.vocabulary : options.keyterms)
         let run = SessionPipeline(
-            token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: sessionOptions,
+            token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: streamOptions,
             recognizer: recognizers[backend], microphone: microphone, core: self,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger,
             mediaName: client.privateDestination == nil
@@ -301,7 +301,7 @@ public actor SpeechCore {
         let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
         session = SessionRecord(
             run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
-            dictation: dictation(for: backend, language: sessionOptions.language))
+            dictation: dictation(for: backend, language: streamOptions.language))
         if case .terminated = jobQueue.yield({ await run.run() }) {
             session = nil
             handle(.openFailed(.internal(Self.shuttingDown)))

@@ -165,7 +165,7 @@ import Testing
     @Test func aHeldPushToTalkKeyStartsOneSessionAndSttdKnowsItIsHeld() {
         var machine = Self.focusedMachine()
         let held = InputMethodState(active: true, focused: true, pushToTalk: true)
-        #expect(machine.handle(.pushToTalk(pressed: true)) == [.startStream, .report(held)])
+        #expect(machine.handle(.pushToTalk(pressed: true)) == [.startSession, .report(held)])
         #expect(machine.handle(.pushToTalk(pressed: true)) == [], "auto-repeat")
         #expect(machine.handle(.pushToTalk(pressed: true)) == [], "auto-repeat")
         #expect(
@@ -186,7 +186,7 @@ import Testing
         #expect(machine.handle(.focusGraceOver(1)) == [], "once")
         // Back in a field with the key still down: auto-repeat starts a new session.
         _ = machine.handle(.focusIn(path: Self.field, client: "gtk3-im:test"))
-        #expect(Self.texts(machine.handle(.pushToTalk(pressed: true))) == [.startStream])
+        #expect(Self.texts(machine.handle(.pushToTalk(pressed: true))) == [.startSession])
     }
 
     @Test func pushToTalkGoesOnWhenTheFocusComesBackWithinTheGrace() {

@@ -13,7 +13,7 @@ final class RefusingRecognizer: Recognizer {
 
     func authorize() async -> (RecognizerAuthorization, RecognitionError?) { (.authorized, nil) }
 
-    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+    func startStream(_ options: StreamOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
     {
         throw error

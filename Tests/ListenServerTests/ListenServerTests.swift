@@ -334,7 +334,7 @@ struct ListenServerClientTests {
                 environment: ["STTD_API_KEY": key], logger: Logger(label: "client"))
             #expect(await client.authorize().0 == .authorized)
             let events = Events()
-            let session = try await client.startStream(SessionOptions(), events: events)
+            let session = try await client.startStream(StreamOptions(), events: events)
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await session.run() }
                 for _ in 0..<25 { session.send(AudioChunk(samples: [Int16](repeating: 1000, count: 1600))) }

@@ -27,7 +27,7 @@ final class FakeRecognizer: Recognizer {
 
     func authorize() async -> (RecognizerAuthorization, RecognitionError?) { (.authorized, nil) }
 
-    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+    func startStream(_ options: StreamOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
     {
         let index = stats.update { stats in

@@ -34,7 +34,7 @@ final class EventCollector: RecognitionEventSink {
 
 /// Streams audio through a session (its run() a child task) and collects what comes back.
 func stream(
-    _ samples: [Int16], to recognizer: DeepgramRecognizer, options: SessionOptions = SessionOptions()
+    _ samples: [Int16], to recognizer: DeepgramRecognizer, options: StreamOptions = StreamOptions()
 ) async throws -> (finals: [String], interims: [String], reconnects: [Bool]) {
     let collector = EventCollector()
     try await recognize(samples[...], with: recognizer, options: options, events: collector)
@@ -83,7 +83,7 @@ struct DeepgramStreamingTests {
         let server = try await DeepgramTestServer()
         let audio = Array(recording.prefix(40_000))  // 2.5 s
         let (finals, interims, _) = try await stream(
-            audio, to: recognizer(server), options: SessionOptions(language: "en-GB", keyterms: ["sttd", "D-Bus"]))
+            audio, to: recognizer(server), options: StreamOptions(language: "en-GB", keyterms: ["sttd", "D-Bus"]))
         let connection = try #require(server.connections.first)
         #expect(connection.header("Authorization") == "Token \(server.script.key)")
         let query = connection.query
@@ -134,7 +134,7 @@ struct DeepgramStreamingTests {
         let server = try await DeepgramTestServer()
         let wrong = "wrong-key-abcdef"
         let error = await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer(server, key: wrong).startStream(SessionOptions(), events: EventCollector())
+            _ = try await recognizer(server, key: wrong).startStream(StreamOptions(), events: EventCollector())
         }
         #expect(error?.kind == .notAuthorized)
         #expect(error?.authorization == .denied)
@@ -154,7 +154,7 @@ struct DeepgramStreamingTests {
         script.refusals = [402]
         let server = try await DeepgramTestServer(script: script)
         let error = await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer(server).startStream(SessionOptions(), events: EventCollector())
+            _ = try await recognizer(server).startStream(StreamOptions(), events: EventCollector())
         }
         #expect(error?.authorization == .restricted)
         #expect(error?.message.contains("scripted 402") == true, "the provider's reason: \(error?.message ?? "")")
@@ -192,7 +192,7 @@ struct DeepgramStreamingTests {
                 backoff: Backoff(
                     base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5)),
                 connectTimeout: .seconds(15)
-            ).startStream(SessionOptions(), events: EventCollector())
+            ).startStream(StreamOptions(), events: EventCollector())
         }
         #expect(error?.kind == .backendUnavailable)
         #expect(server.connections.count == 4, "one try and three retries: \(error?.message ?? "")")
@@ -214,7 +214,7 @@ struct DeepgramStreamingTests {
     @Test func keepAliveWhenNothingIsSent() async throws {
         let server = try await DeepgramTestServer()
         let session = try await recognizer(server, keepAliveInterval: .milliseconds(300))
-            .startStream(SessionOptions(), events: EventCollector())
+            .startStream(StreamOptions(), events: EventCollector())
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await session.run() }
             // A KeepAlive goes out whenever nothing else did for the interval.
@@ -239,7 +239,7 @@ struct DeepgramStreamingTests {
             server,
             backoff: Backoff(base: .milliseconds(10), cap: .milliseconds(50), maxAttempts: 3, maxTotal: .seconds(5))
         )
-        .startStream(SessionOptions(interimResults: false), events: collector)
+        .startStream(StreamOptions(interimResults: false), events: collector)
         for start in stride(from: 0, to: 64_000, by: 1600) {
             session.send(AudioChunk(samples: Array(recording[start..<start + 1600])))
         }
@@ -278,7 +278,7 @@ struct DeepgramStreamingTests {
             environment: ["STTD_API_KEY": "silent-server-key"], logger: logs.logger())
         let started = ContinuousClock.now
         let error = await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer.startStream(SessionOptions(), events: EventCollector())
+            _ = try await recognizer.startStream(StreamOptions(), events: EventCollector())
         }
         #expect(error?.kind == .backendUnavailable)
         #expect(error?.message.contains("handshake") == true, "\(error?.message ?? "")")
@@ -333,7 +333,7 @@ struct DeepgramStreamingTests {
 
     @Test func cancelClosesTheConnectionAtOnce() async throws {
         let server = try await DeepgramTestServer()
-        let session = try await recognizer(server).startStream(SessionOptions(), events: EventCollector())
+        let session = try await recognizer(server).startStream(StreamOptions(), events: EventCollector())
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await session.run() }
             session.send(AudioChunk(samples: Array(recording.prefix(8_000))))
@@ -349,7 +349,7 @@ struct DeepgramStreamingTests {
     @Test func cancellingTheRunningTaskEndsTheSessionPromptly() async throws {
         let server = try await DeepgramTestServer()
         let collector = EventCollector()
-        let session = try await recognizer(server).startStream(SessionOptions(), events: collector)
+        let session = try await recognizer(server).startStream(StreamOptions(), events: collector)
         let took = try await elapsed {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await session.run() }
@@ -378,7 +378,7 @@ struct DeepgramStreamingTests {
         let took = await elapsed {
             error = await #expect(throws: RecognitionError.self) {
                 _ = try await recognizer(server, key: "wrong-key-0000").startStream(
-                    SessionOptions(), events: EventCollector())
+                    StreamOptions(), events: EventCollector())
             }
         }
         #expect(error?.kind == .notAuthorized)
@@ -399,7 +399,7 @@ struct DeepgramStreamingTests {
         var error: RecognitionError?
         let took = await elapsed {
             error = await #expect(throws: RecognitionError.self) {
-                _ = try await recognizer.startStream(SessionOptions(), events: EventCollector())
+                _ = try await recognizer.startStream(StreamOptions(), events: EventCollector())
             }
         }
         #expect(error?.kind == .backendUnavailable)
@@ -422,7 +422,7 @@ struct DeepgramStreamingTests {
             environment: ["http_proxy": "http://127.0.0.1:\(proxy.port)"])
         let took = await elapsed {
             await #expect(throws: RecognitionError.self) {
-                _ = try await recognizer.startStream(SessionOptions(), events: EventCollector())
+                _ = try await recognizer.startStream(StreamOptions(), events: EventCollector())
             }
         }
         #expect(took < .seconds(8), "\(took)")
@@ -442,7 +442,7 @@ struct DeepgramStreamingTests {
         let took = await elapsed {
             error = await #expect(throws: RecognitionError.self) {
                 _ = try await recognizer(server, backoff: backoff, connectTimeout: .seconds(15))
-                    .startStream(SessionOptions(), events: EventCollector())
+                    .startStream(StreamOptions(), events: EventCollector())
             }
         }
         #expect(error?.kind == .backendUnavailable)
@@ -461,7 +461,7 @@ struct DeepgramStreamingTests {
             outcome = await withTaskGroup(of: (any Error)?.self) { group in
                 group.addTask {
                     do {
-                        _ = try await recognizer.startStream(SessionOptions(), events: EventCollector())
+                        _ = try await recognizer.startStream(StreamOptions(), events: EventCollector())
                         return nil
                     } catch {
                         return error
@@ -488,7 +488,7 @@ struct DeepgramStreamingTests {
             backoff: Backoff(
                 base: .milliseconds(20), cap: .milliseconds(50), maxAttempts: 1_000, maxTotal: .seconds(60)),
             replayCapacity: .seconds(1)
-        ).startStream(SessionOptions(), events: collector)
+        ).startStream(StreamOptions(), events: collector)
         let error = await #expect(throws: RecognitionError.self) {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask { try await session.run() }
@@ -586,7 +586,7 @@ struct DeepgramStreamingTests {
         // Without the CA the system trust store does not know the server.
         let untrusted = await #expect(throws: RecognitionError.self) {
             _ = try await recognizer(good, url: good.url(tls: true), backoff: Backoff(maxAttempts: 0)).startStream(
-                SessionOptions(), events: EventCollector())
+                StreamOptions(), events: EventCollector())
         }
         #expect(untrusted?.kind == .backendUnavailable)
         // A certificate for another host is refused even with the right CA.
@@ -595,7 +595,7 @@ struct DeepgramStreamingTests {
         let mismatch = await #expect(throws: RecognitionError.self) {
             _ = try await recognizer(
                 wrong, url: wrong.url(tls: true), caFile: certificates.caCertificate, backoff: Backoff(maxAttempts: 0)
-            ).startStream(SessionOptions(), events: EventCollector())
+            ).startStream(StreamOptions(), events: EventCollector())
         }
         #expect(mismatch?.kind == .backendUnavailable)
         #expect(wrong.connections.allSatisfy { !$0.upgraded })

@@ -48,7 +48,7 @@ struct FallbackTests {
     /// either at once or only after the offline engine took over.
     func dictate(_ recognizer: FallbackRecognizer, finishEarly: Bool) async throws -> EventCollector {
         let collector = EventCollector()
-        let session = try await recognizer.startStream(SessionOptions(), events: collector)
+        let session = try await recognizer.startStream(StreamOptions(), events: collector)
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await session.run() }
             send(recording, to: session, chunk: 1600)
@@ -145,7 +145,7 @@ struct FallbackTests {
         ]
         for (what, recognizer, kind) in cases {
             let error = await #expect(throws: RecognitionError.self, "\(what)") {
-                _ = try await recognizer.startStream(SessionOptions(), events: EventCollector())
+                _ = try await recognizer.startStream(StreamOptions(), events: EventCollector())
             }
             #expect(error?.kind == kind, "\(what): \(error?.message ?? "")")
         }
@@ -154,7 +154,7 @@ struct FallbackTests {
         let recognizer = FallbackRecognizer(
             primary: readable, fallback: offline, after: .seconds(1), logger: logs.logger())
         await #expect(throws: RecognitionError.self, "a key file others can read") {
-            _ = try await recognizer.startStream(SessionOptions(), events: EventCollector())
+            _ = try await recognizer.startStream(StreamOptions(), events: EventCollector())
         }
     }
 }

@@ -65,7 +65,7 @@ func transcribe(_ samples: [Int16], with recognizer: PocketSphinxRecognizer, int
     -> (results: [RecognitionResult], transcript: Transcript)
 {
     let recorder = EventRecorder()
-    let session = try await recognizer.startStream(SessionOptions(interimResults: interim), events: recorder)
+    let session = try await recognizer.startStream(StreamOptions(interimResults: interim), events: recorder)
     async let failure = runToEnd(session)
     send(samples, to: session)
     session.finish()
@@ -174,12 +174,12 @@ struct PocketSphinxTests {
         let recording = try LibriVox.recordings()[0]
         let samples = try wavSamples(recording.path)
         let recorder = EventRecorder()
-        let first = try await recognizer.startStream(SessionOptions(), events: recorder)
+        let first = try await recognizer.startStream(StreamOptions(), events: recorder)
         async let failure = runToEnd(first)
         send(Array(samples.prefix(samples.count / 2)), to: first)
         let refusal = await #expect(throws: RecognitionError.self) {
             _ = try await recognizer.startStream(
-                SessionOptions(servedTo: "a client of sttd's /v1/listen server"), events: EventRecorder())
+                StreamOptions(servedTo: "a client of sttd's /v1/listen server"), events: EventRecorder())
         }
         #expect(refusal?.kind == .busy)
         #expect(refusal?.message.contains("dictation is using it") == true, "\(refusal?.message ?? "")")
@@ -204,7 +204,7 @@ struct PocketSphinxTests {
         // Three seconds of a longer sentence: the speech goes on, so only finish() closes it.
         let samples = Array(try wavSamples(try LibriVox.recordings()[0].path).prefix(3 * AudioFormat.sampleRate))
         let recorder = EventRecorder()
-        let session = try await recognizer().startStream(SessionOptions(), events: recorder)
+        let session = try await recognizer().startStream(StreamOptions(), events: recorder)
         async let failure = runToEnd(session)
         send(samples, to: session)
         session.finish()
@@ -222,7 +222,7 @@ struct PocketSphinxTests {
     @Test func cancelEndsWithoutFinal() async throws {
         let samples = try wavSamples(try LibriVox.recordings()[0].path)
         let recorder = EventRecorder()
-        let session = try await recognizer().startStream(SessionOptions(), events: recorder)
+        let session = try await recognizer().startStream(StreamOptions(), events: recorder)
         send(Array(samples.prefix(AudioFormat.sampleRate)), to: session)
         session.cancel()
         #expect(await runToEnd(session) == nil)
@@ -234,7 +234,7 @@ struct PocketSphinxTests {
         let speech = try LibriVox.recordings().flatMap { try wavSamples($0.path) }
         let recorder = EventRecorder(holdAt: { $0 == .speechActivity(true) })
         defer { recorder.release() }
-        let session = try await recognizer().startStream(SessionOptions(), events: recorder)
+        let session = try await recognizer().startStream(StreamOptions(), events: recorder)
         send(speech, to: session)
         await recorder.waitUntilHeld()
         await withTaskGroup(of: RecognitionError?.self) { group in
@@ -263,7 +263,7 @@ struct PocketSphinxTests {
         let recognizer = try recognizer(maxQueuedAudio: .seconds(5))
         let recorder = EventRecorder(holdAt: isFinal)
         defer { recorder.release() }
-        let session = try await recognizer.startStream(SessionOptions(), events: recorder)
+        let session = try await recognizer.startStream(StreamOptions(), events: recorder)
         async let failure = runToEnd(session)
         send(sentence, to: session)
         // The decoder is stuck delivering the final while more than 5 s of audio arrives.
@@ -293,7 +293,7 @@ struct PocketSphinxTests {
     @Test func audioBeyondTheBoundInOneSendFailsTheSession() async throws {
         let recorder = EventRecorder()
         let session = try await recognizer(maxQueuedAudio: .milliseconds(500)).startStream(
-            SessionOptions(), events: recorder)
+            StreamOptions(), events: recorder)
         session.send(AudioChunk(samples: [Int16](repeating: 0, count: AudioFormat.sampleRate)))
         let error = await runToEnd(session)
         #expect(error?.message.contains("fell 0.5 s behind") == true, "\(String(describing: error))")
@@ -307,7 +307,7 @@ struct PocketSphinxTests {
         #expect(error?.kind == .backendUnavailable)
         #expect(error?.message.contains("pocketsphinx-en-us") == true)
         await #expect(throws: RecognitionError.self) {
-            _ = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
+            _ = try await recognizer.startStream(StreamOptions(), events: EventRecorder())
         }
     }
 

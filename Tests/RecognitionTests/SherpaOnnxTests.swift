@@ -46,7 +46,7 @@ func dictate(
     _ samples: [Int16], with recognizer: SherpaOnnxRecognizer, interim: Bool = true
 ) async throws -> EventRecorder {
     let recorder = EventRecorder()
-    let session = try await recognizer.startStream(SessionOptions(interimResults: interim), events: recorder)
+    let session = try await recognizer.startStream(StreamOptions(interimResults: interim), events: recorder)
     async let failure = runToEnd(session)
     send(samples, to: session)
     session.finish()
@@ -107,7 +107,7 @@ struct SherpaOnnxTests {
         var samples: [Int16] = []
         for recording in try LibriVox.recordings() { samples += try wavSamples(recording.path) + silence(1) }
         let recorder = EventRecorder()
-        let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
+        let session = try await recognizer.startStream(StreamOptions(interimResults: true), events: recorder)
         async let failure = runToEnd(session)
         // At the pace of speech (a decoder that is behind skips interims).
         try await sendAtPace(samples, to: session)
@@ -164,7 +164,7 @@ struct SherpaOnnxTests {
         let first = try wavSamples(recordings[1].path) + silence(1)
         let second = try wavSamples(recordings[0].path)
         let recorder = EventRecorder()
-        let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
+        let session = try await recognizer.startStream(StreamOptions(interimResults: true), events: recorder)
         async let failure = runToEnd(session)
         send(first + second, to: session)
         // The first sentence's final, then an interim of the second, still being spoken.
@@ -196,7 +196,7 @@ struct SherpaOnnxTests {
         for broken in [noLibrary, wrongLibrary, noModel] {
             let recognizer = SherpaOnnxRecognizer(settings: broken, logger: logger)
             await #expect {
-                _ = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
+                _ = try await recognizer.startStream(StreamOptions(), events: EventRecorder())
             } throws: { error in
                 let error = error as? RecognitionError
                 return error?.kind == .backendUnavailable && error?.message.contains("scripts/setup") == true
@@ -224,7 +224,7 @@ struct SherpaOnnxTests {
         corrupt.modelDirectory = directory
         let recognizer = SherpaOnnxRecognizer(settings: corrupt, logger: logger)
         // Preflight passes (the files are there); the load fails and ends the session with it.
-        let session = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
+        let session = try await recognizer.startStream(StreamOptions(), events: EventRecorder())
         send(try wavSamples(try LibriVox.recordings()[1].path), to: session)
         session.finish()
         let failure = await runToEnd(session)
@@ -233,12 +233,12 @@ struct SherpaOnnxTests {
         // The next start fails at once with the same error, until the files change.
         let expected = try #require(failure)
         await #expect(throws: expected) {
-            _ = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
+            _ = try await recognizer.startStream(StreamOptions(), events: EventRecorder())
         }
         #expect(!recognizer.isModelLoaded)
         // Repaired (its size and time change), the model is tried again.
         try encoder.write(to: URL(fileURLWithPath: "\(directory)/encoder_model.onnx"))
-        let repaired = try await recognizer.startStream(SessionOptions(), events: EventRecorder())
+        let repaired = try await recognizer.startStream(StreamOptions(), events: EventRecorder())
         repaired.cancel()
         _ = await runToEnd(repaired)
         // One failed load: no other decoder thread tried again while the failure's end ran.
@@ -295,7 +295,7 @@ struct SherpaOnnxTests {
                 group.addTask {
                     let recorder = EventRecorder()
                     let session = try await recognizer.startStream(
-                        SessionOptions(interimResults: true), events: recorder)
+                        StreamOptions(interimResults: true), events: recorder)
                     async let failure = runToEnd(session)
                     // Faster than real time, in turns: the decoders have work from all four at once.
                     for start in stride(from: 0, to: samples.count, by: 3_200) {
@@ -323,7 +323,7 @@ struct SherpaOnnxTests {
         let recognizer = SherpaOnnxRecognizer(settings: settings, logger: logger)
         let samples = try wavSamples(try LibriVox.recordings()[4].path) + silence(1)
         func speak(_ recorder: EventRecorder) async throws -> RecognitionError? {
-            let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
+            let session = try await recognizer.startStream(StreamOptions(interimResults: true), events: recorder)
             async let failure = runToEnd(session)
             // At the pace of speech: interims are due every 1.5 s or so.
             try await sendAtPace(samples, to: session)
@@ -353,7 +353,7 @@ struct SherpaOnnxTests {
         let sentence = try wavSamples(try LibriVox.recordings()[0].path) + silence(1)
         _ = try await dictate(sentence, with: recognizer, interim: false)  // measures the engine's speed
         let recorder = EventRecorder()
-        let session = try await recognizer.startStream(SessionOptions(interimResults: true), events: recorder)
+        let session = try await recognizer.startStream(StreamOptions(interimResults: true), events: recorder)
         async let failure = runToEnd(session)
         try await sendAtPace(sentence, to: session)
         session.finish()
@@ -372,7 +372,7 @@ struct SherpaOnnxTests {
         let recorder = EventRecorder()
         // An earlier test's worker may still be exiting: only workers started here count.
         let earlier = Set(engineWorkers())
-        let session = try await recognizer.startStream(SessionOptions(interimResults: false), events: recorder)
+        let session = try await recognizer.startStream(StreamOptions(interimResults: false), events: recorder)
         async let failure = runToEnd(session)
         send(try wavSamples(recordings[1].path) + silence(1), to: session)
         #expect(await happens(within: .seconds(60)) { recorder.results.contains(where: \.isFinal) })
@@ -398,7 +398,7 @@ struct SherpaOnnxTests {
         let recording = try LibriVox.recordings()[0]
         let words = Array(try wavSamples(recording.path).prefix(Int(2.3 * 16_000)))
         let recorder = EventRecorder()
-        let session = try await recognizer.startStream(SessionOptions(interimResults: false), events: recorder)
+        let session = try await recognizer.startStream(StreamOptions(interimResults: false), events: recorder)
         async let failure = runToEnd(session)
         send(words, to: session)
         session.finalize()

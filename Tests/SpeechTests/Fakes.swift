@@ -139,7 +139,7 @@ final class FakeRecognizer: Recognizer {
         return (.authorized, nil)
     }
 
-    func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+    func startStream(_ options: StreamOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
     {
         let session = try state.withLock { state throws(RecognitionError) -> FakeRecognitionStream in
@@ -156,7 +156,7 @@ final class FakeRecognizer: Recognizer {
 
 /// One fake recognition session.
 final class FakeRecognitionStream: RecognitionStream {
-    let options: SessionOptions
+    let options: StreamOptions
     private let sink: any RecognitionEventSink
     private let finalOnFinish: String?
     private let finishHangs: Bool
@@ -167,7 +167,7 @@ final class FakeRecognitionStream: RecognitionStream {
         (0, nil, nil))
 
     init(
-        sink: any RecognitionEventSink, options: SessionOptions, finalOnFinish: String?, finishHangs: Bool,
+        sink: any RecognitionEventSink, options: StreamOptions, finalOnFinish: String?, finishHangs: Bool,
         cancelHangs: Bool = false
     ) {
         self.cancelHangs = cancelHangs

@@ -6,7 +6,7 @@ import Synchronization
 /// Runs a session of `recognizer` over `samples` (sent in pieces of `chunk` samples, then
 /// finished) until it ends; its events go to `events`.
 public func recognize(
-    _ samples: ArraySlice<Int16>, with recognizer: any Recognizer, options: SessionOptions = SessionOptions(),
+    _ samples: ArraySlice<Int16>, with recognizer: any Recognizer, options: StreamOptions = StreamOptions(),
     chunk: Int = 1600, events: any RecognitionEventSink
 ) async throws {
     let session = try await recognizer.startStream(options, events: events)

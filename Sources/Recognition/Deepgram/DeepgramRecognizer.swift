@@ -61,7 +61,7 @@ public final class DeepgramRecognizer: Recognizer {
     /// Performs one real handshake, bounded by the connect timeout, then closes cleanly.
     public func authorize() async -> (RecognizerAuthorization, RecognitionError?) {
         do {
-            let connection = try await connect(SessionOptions(), retrying: false) { _ in }
+            let connection = try await connect(StreamOptions(), retrying: false) { _ in }
             connection.send(text: DeepgramProtocol.closeStream)
             connection.close()
             return (.authorized, nil)
@@ -72,7 +72,7 @@ public final class DeepgramRecognizer: Recognizer {
 
     /// Connects (retrying 429, 5xx and network errors until the connect timeout) and returns the
     /// session, streaming. Its events go to `events`, from the connection's event loop.
-    public func startStream(_ options: SessionOptions, events: any RecognitionEventSink) async throws(RecognitionError)
+    public func startStream(_ options: StreamOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
     {
         let session = DeepgramStream(
@@ -90,7 +90,7 @@ public final class DeepgramRecognizer: Recognizer {
     /// Connects within the connect timeout. With `retrying`, refusals and network errors worth
     /// retrying are retried with ``DeepgramSettings/backoff`` as long as the same deadline allows.
     func connect(
-        _ options: SessionOptions, retrying: Bool, on eventLoop: (any EventLoop)? = nil,
+        _ options: StreamOptions, retrying: Bool, on eventLoop: (any EventLoop)? = nil,
         onMessage: @escaping WebSocketConnection.MessageHandler
     ) async throws(RecognitionError) -> WebSocketConnection {
         guard let key = try APIKey.load(keyFile: settings.apiKeyFile, environment: environment) else {

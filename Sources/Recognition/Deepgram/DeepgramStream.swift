@@ -32,7 +32,7 @@ final class DeepgramStream: HandOverStream {
     private let machine: Mutex<Machine>
 
     init(
-        options: SessionOptions, settings: DeepgramSettings, events: any RecognitionEventSink, logger: Logger,
+        options: StreamOptions, settings: DeepgramSettings, events: any RecognitionEventSink, logger: Logger,
         connect: @escaping Connect
     ) {
         self.settings = settings

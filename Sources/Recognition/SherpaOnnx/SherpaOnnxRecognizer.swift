@@ -106,7 +106,7 @@ public final class SherpaOnnxRecognizer: Recognizer {
     }
 
     public func startStream(
-        _ options: SessionOptions, events: any RecognitionEventSink
+        _ options: StreamOptions, events: any RecognitionEventSink
     ) async throws(RecognitionError) -> any RecognitionStream {
         let (library, model) = try preflight()
         // Returns at once: the model loads on the decoder thread while the session's audio queues.
