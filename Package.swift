@@ -41,14 +41,16 @@ let package = Package(
             swiftSettings: strictness),
         // The error shape the lower modules share: a kind to map and a sentence for a person.
         .target(name: "Problems", swiftSettings: strictness),
+        // Waiting across threads and tasks: a value set once, a wake-up call, a race of tasks.
+        .target(name: "Waiting", swiftSettings: strictness),
         .target(
             name: "Capture",
-            dependencies: ["CPulse", "Problems", .product(name: "Logging", package: "swift-log")],
+            dependencies: ["CPulse", "Problems", "Waiting", .product(name: "Logging", package: "swift-log")],
             swiftSettings: strictness),
         .target(
             name: "Recognition",
             dependencies: [
-                "CPocketSphinx", "CSherpaOnnx", "CSttdSystem", "Capture",
+                "CPocketSphinx", "CSherpaOnnx", "CSttdSystem", "Capture", "Waiting",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -83,7 +85,7 @@ let package = Package(
         .target(
             name: "Speech",
             dependencies: [
-                "Capture", "Recognition", "History", "Dictation",
+                "Capture", "Recognition", "History", "Dictation", "Waiting",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -127,7 +129,7 @@ let package = Package(
         .target(
             name: "InputMethod",
             dependencies: [
-                "DBus", "SpeechAPI", "CXKBCommon", "CSttdSystem",
+                "DBus", "SpeechAPI", "CXKBCommon", "CSttdSystem", "Waiting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
@@ -160,6 +162,7 @@ let package = Package(
             path: "Benchmarks/sttd-bench",
             swiftSettings: strictness),
 
+        .testTarget(name: "WaitingTests", dependencies: ["Waiting"], swiftSettings: strictness),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"], swiftSettings: strictness),
         .testTarget(
             name: "CaptureTests", dependencies: ["Capture", "TestSupport"], swiftSettings: strictness),
@@ -171,7 +174,7 @@ let package = Package(
             name: "HistoryTests", dependencies: ["History", "TestSupport"], swiftSettings: strictness),
         .testTarget(
             name: "SpeechTests",
-            dependencies: ["Speech", "Capture", "Dictation", "Recognition", "History", "TestSupport"],
+            dependencies: ["Speech", "Capture", "Dictation", "Recognition", "History", "TestSupport", "Waiting"],
             swiftSettings: strictness),
         .testTarget(
             name: "ServiceTests",

@@ -2,6 +2,7 @@ import CPulse
 import Foundation
 import Logging
 import Synchronization
+import Waiting
 
 /// The worker thread behind a ``Capture``.
 final class CaptureWorker: PulseWorker, @unchecked Sendable {

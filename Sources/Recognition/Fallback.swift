@@ -2,6 +2,7 @@ import Capture
 import Logging
 import NIOCore
 import Synchronization
+import Waiting
 
 /// A stream whose audio not yet recognized another engine can take over (the streaming
 /// client's replay ledger).

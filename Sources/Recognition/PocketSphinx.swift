@@ -3,6 +3,7 @@ import Capture
 import Foundation
 import Logging
 import Synchronization
+import Waiting
 
 /// Where the files of a pocketsphinx model are.
 public struct PocketSphinxModel: Sendable, Equatable {

@@ -3,6 +3,7 @@ import Capture
 import Foundation
 import Logging
 import Synchronization
+import Waiting
 
 /// The offline engine's stream of one session; its work runs on the decoder thread, which also delivers
 /// its events and ends its `run()`.

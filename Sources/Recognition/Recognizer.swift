@@ -1,5 +1,6 @@
 import Capture
 import NIOCore
+import Waiting
 
 /// One result from a recognizer: an interim guess or a final that never changes.
 public struct RecognitionResult: Sendable, Equatable {

@@ -4,6 +4,7 @@ import Foundation
 import Recognition
 import Speech
 import Synchronization
+import Waiting
 
 /// A microphone the test drives: it opens when `available`, and the test pushes audio into the
 /// open stream or makes it lose the sound server.

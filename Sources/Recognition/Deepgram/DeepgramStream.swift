@@ -1,6 +1,7 @@
 import Capture
 import Logging
 import Synchronization
+import Waiting
 
 /// One streaming session: reconnects on retryable failures and replays the audio the server has
 /// not answered for.

@@ -2,6 +2,7 @@ import Capture
 import Foundation
 import Logging
 import Synchronization
+import Waiting
 
 /// The sherpa-onnx engine's stream of one session. Its audio is cut into utterances as it arrives (on the
 /// caller's thread: the energy VAD is cheap); what needs the model goes to the shared decoders as

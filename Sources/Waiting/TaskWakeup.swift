@@ -4,7 +4,7 @@ import Synchronization
 ///
 /// A call made while nobody waits is kept for the next ``wait()``: once, or for good when
 /// `latching` (a stop signal every later wait must see).
-final class TaskWakeup: Sendable {
+public final class TaskWakeup: Sendable {
     private struct State {
         var pending = false
         var waiter: CheckedContinuation<Void, Never>?
@@ -12,9 +12,9 @@ final class TaskWakeup: Sendable {
     private let state = Mutex(State())
     private let latching: Bool
 
-    init(latching: Bool = false) { self.latching = latching }
+    public init(latching: Bool = false) { self.latching = latching }
 
-    func signal() {
+    public func signal() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             defer { state.waiter = nil }
             if state.waiter == nil || latching { state.pending = true }
@@ -24,7 +24,7 @@ final class TaskWakeup: Sendable {
     }
 
     /// Returns once signalled, or when the calling task is cancelled. One waiter at a time.
-    func wait() async {
+    public func wait() async {
         await withTaskCancellationHandler {
             await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
                 let now = state.withLock { state -> Bool in
