@@ -41,6 +41,10 @@ let package = Package(
             swiftSettings: strictness),
         // The error shape the lower modules share: a kind to map and a sentence for a person.
         .target(name: "Problems", swiftSettings: strictness),
+        // Finding and reading sttd's config file; TOML only, so sttd-ibus reads it without the core.
+        .target(
+            name: "ConfigFile", dependencies: [.product(name: "TOMLKit", package: "TOMLKit")],
+            swiftSettings: strictness),
         // Waiting across threads and tasks: a value set once, a wake-up call, a race of tasks.
         .target(name: "Waiting", swiftSettings: strictness),
         .target(
@@ -85,7 +89,7 @@ let package = Package(
         .target(
             name: "Speech",
             dependencies: [
-                "Capture", "Recognition", "History", "Dictation", "Waiting",
+                "Capture", "ConfigFile", "Recognition", "History", "Dictation", "Waiting",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "TOMLKit", package: "TOMLKit"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -129,10 +133,9 @@ let package = Package(
         .target(
             name: "InputMethod",
             dependencies: [
-                "DBus", "SpeechAPI", "CXKBCommon", "CSttdSystem", "Waiting",
+                "ConfigFile", "DBus", "SpeechAPI", "CXKBCommon", "CSttdSystem", "Waiting",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-                .product(name: "TOMLKit", package: "TOMLKit"),
             ],
             swiftSettings: strictness),
         // sttd, sttctl and sttd-ibus in one executable: each static Swift runtime cost 58-74 MB.

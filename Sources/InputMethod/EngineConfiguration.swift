@@ -1,7 +1,7 @@
 import CXKBCommon
+import ConfigFile
 import Foundation
 import SpeechAPI
-import TOMLKit
 
 /// What `sttd-ibus` reads from sttd's config file: `[ibus] push_to_talk`.
 public struct EngineConfiguration: Sendable, Equatable {
@@ -30,32 +30,18 @@ public struct EngineConfiguration: Sendable, Equatable {
 
     /// sttd's config file, as sttd finds it: `$STTD_CONFIG`, else `$XDG_CONFIG_HOME/sttd/config.toml`.
     public static func path(environment: [String: String]) -> String {
-        if let path = environment["STTD_CONFIG"], !path.isEmpty { return path }
-        let configHome =
-            environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? "\(environment["HOME"] ?? NSHomeDirectory())/.config"
-        return "\(configHome)/sttd/config.toml"
+        ConfigPath.resolve(explicit: nil, environment: environment).path
     }
 
-    /// Reads the file at `path`; no file is the defaults (no push-to-talk).
+    /// Reads `[ibus]` from the file at `path` with sttd's own reader; no file is the defaults.
     public static func load(path: String) throws(IBusError) -> EngineConfiguration {
-        guard FileManager.default.fileExists(atPath: path) else { return try EngineConfiguration() }
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw IBusError("cannot read \(path); check its permissions")
-        }
-        let table: TOMLTable
-        do {
-            table = try TOMLTable(string: text)
+        let section: IBusSection
+        do throws(ConfigurationError) {
+            section = try IBusSection.load(path: path)
         } catch {
-            throw IBusError("\(path) is not valid TOML (sttd says where when it starts: `journalctl --user -u sttd`)")
+            throw IBusError(error.message)
         }
-        guard let ibus = table["ibus"] else { return try EngineConfiguration() }
-        guard let ibusTable = ibus.table else { throw IBusError("\(path): ibus must be a table ([ibus])") }
-        guard let key = ibusTable["push_to_talk"] else { return try EngineConfiguration() }
-        guard let name = key.string else {
-            throw IBusError("\(path): ibus.push_to_talk must be a string such as \"F9\"")
-        }
-        return try EngineConfiguration(pushToTalk: name)
+        return try EngineConfiguration(pushToTalk: section.pushToTalk)
     }
 }
 

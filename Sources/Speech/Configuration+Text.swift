@@ -1,3 +1,4 @@
+import ConfigFile
 import Dictation
 import TOMLKit
 
@@ -74,36 +75,5 @@ extension Configuration {
             }
         }
         try textReader.refuseUnknownKeys()
-    }
-}
-
-extension TableReader {
-    /// An array of strings (a single string is taken as a list of one).
-    mutating func stringList(_ key: String) throws(ConfigurationError) -> [String] {
-        seen.insert(key)
-        guard let raw = table[key] else { return [] }
-        if let string = raw.string { return [string] }
-        guard let array = raw.array else { throw wrongType(key, raw, "a list of strings, e.g. [\"one\", \"two\"]") }
-        var strings: [String] = []
-        for element in array {
-            guard let string = element.string else {
-                throw wrongType(key, raw, "a list of strings, e.g. [\"one\", \"two\"]")
-            }
-            strings.append(string)
-        }
-        return strings
-    }
-
-    /// A table of strings, e.g. `{ "gonna" = "going to" }`, in key order.
-    mutating func strings(table key: String) throws(ConfigurationError) -> [(String, String)] {
-        guard let table = try table(key) else { return [] }
-        var pairs: [(String, String)] = []
-        for name in table.keys.sorted() {
-            guard let value = table[name]?.string else {
-                throw ConfigurationError("\(prefix)\(key).\"\(name)\" must be a string (empty to delete the words).")
-            }
-            pairs.append((name, value))
-        }
-        return pairs
     }
 }

@@ -1,13 +1,10 @@
+import ConfigFile
 import Foundation
 import Recognition
 import TOMLKit
 
-/// A config file that cannot be used; the message names the key, the value and what is allowed.
-public struct ConfigurationError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var message: String
-    public init(_ message: String) { self.message = message }
-    public var description: String { message }
-}
+/// The config file's error, from the module that reads the file (sttd-ibus reads it too).
+public typealias ConfigurationError = ConfigFile.ConfigurationError
 
 /// Which recognizer a session uses.
 public enum Backend: String, Sendable, CaseIterable {
@@ -138,35 +135,20 @@ public struct Configuration: Sendable, Equatable {
         public var audioDirectory = ""
     }
 
-    /// The `[ibus]` table, read by the input method `sttd-ibus` (sttd checks it too).
-    public struct IBus: Sendable, Equatable {
-        /// An X keysym name (`F9`, `Pause`, `Scroll_Lock`): while `sttd` is the input method,
-        /// holding it down dictates into the focused field. Empty: off.
-        public var pushToTalk = ""
-    }
+    /// The `[ibus]` table: read by one reader, which sttd-ibus uses too.
+    public typealias IBus = IBusSection
 
     public init() {}
 
     /// The config file path: `--config`, else `STTD_CONFIG`, else `$XDG_CONFIG_HOME/sttd/config.toml`.
     public static func path(explicit: String?, environment: [String: String]) -> (path: String, isExplicit: Bool) {
-        if let explicit { return (explicit, true) }
-        if let fromEnvironment = environment["STTD_CONFIG"], !fromEnvironment.isEmpty { return (fromEnvironment, true) }
-        let configHome =
-            environment["XDG_CONFIG_HOME"].flatMap { $0.isEmpty ? nil : $0 }
-            ?? "\(environment["HOME"] ?? NSHomeDirectory())/.config"
-        return ("\(configHome)/sttd/config.toml", false)
+        ConfigPath.resolve(explicit: explicit, environment: environment)
     }
 
     /// Loads the file at `path`. A missing file gives the defaults unless it was named explicitly.
     public static func load(path: String, isExplicit: Bool) throws(ConfigurationError) -> Configuration {
-        guard FileManager.default.fileExists(atPath: path) else {
-            if isExplicit { throw ConfigurationError("\(path): the config file does not exist.") }
-            return Configuration()
-        }
-        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
-            throw ConfigurationError("\(path): cannot read the config file (is it UTF-8 text and readable?).")
-        }
         do {
+            guard let text = try ConfigPath.text(at: path, isExplicit: isExplicit) else { return Configuration() }
             return try Configuration(toml: text)
         } catch {
             throw ConfigurationError("\(path): \(error.message)")
@@ -175,16 +157,7 @@ public struct Configuration: Sendable, Equatable {
 
     /// Parses TOML text.
     public init(toml text: String) throws(ConfigurationError) {
-        let table: TOMLTable
-        do {
-            table = try TOMLTable(string: text)
-        } catch let error as TOMLParseError {
-            throw ConfigurationError(
-                "line \(error.source.begin.line), column \(error.source.begin.column): not valid TOML: \(error.description)"
-            )
-        } catch {
-            throw ConfigurationError("not valid TOML: \(error)")
-        }
+        let table = try ConfigPath.table(parsing: text)
         var reader = TableReader(table: table, prefix: "")
         backend = try reader.choice("backend", default: backend)
         language = try reader.string("language", default: language)
@@ -259,23 +232,14 @@ public struct Configuration: Sendable, Equatable {
             }
         }
         try readText(&reader)
-        if let ibusTable = try reader.table("ibus") {
-            var ibusReader = TableReader(table: ibusTable, prefix: "ibus.")
-            ibus.pushToTalk = try ibusReader.string("push_to_talk", default: ibus.pushToTalk)
-            try ibusReader.refuseUnknownKeys()
-            guard ibus.pushToTalk.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) else {
-                throw ConfigurationError(
-                    "ibus.push_to_talk = \"\(ibus.pushToTalk)\" is not a key name; use an X keysym name like \"F9\", \"Pause\" or \"Scroll_Lock\" (`xev` shows a key's name), or leave it empty."
-                )
-            }
-        }
+        ibus = try IBusSection(from: &reader)
         try reader.refuseUnknownKeys()
     }
 
     /// The longest duration a millisecond key or option takes (10 minutes).
-    public static let maximumMilliseconds: UInt32 = 600_000
+    public static let maximumMilliseconds = TableReader.maximumMilliseconds
     public static func millisecondsRange(allowZero: Bool) -> ClosedRange<Int> {
-        (allowZero ? 0 : 1)...Int(maximumMilliseconds)
+        TableReader.millisecondsRange(allowZero: allowZero)
     }
     /// Below D-Bus's 25 s call timeout, so the caller hears the answer.
     public static let consentTimeoutMaximum: UInt32 = 20_000

@@ -1,44 +1,43 @@
 import Foundation
-import Recognition
 import TOMLKit
 
 /// Reads typed keys from a TOML table and remembers which were read, to refuse unknown ones.
-struct TableReader {
-    let table: TOMLTable
-    let prefix: String
+public struct TableReader {
+    public let table: TOMLTable
+    public let prefix: String
     var seen: Set<String> = []
 
-    init(table: TOMLTable, prefix: String) {
+    public init(table: TOMLTable, prefix: String) {
         self.table = table
         self.prefix = prefix
     }
 
-    func wrongType(_ key: String, _ value: any TOMLValueConvertible, _ expected: String) -> ConfigurationError {
+    public func wrongType(_ key: String, _ value: any TOMLValueConvertible, _ expected: String) -> ConfigurationError {
         ConfigurationError(
             "\(prefix)\(key) = \(value.debugDescription) is a \(value.type), but it must be \(expected).")
     }
 
-    mutating func string(_ key: String, default value: String) throws(ConfigurationError) -> String {
+    public mutating func string(_ key: String, default value: String) throws(ConfigurationError) -> String {
         seen.insert(key)
         guard let raw = table[key] else { return value }
         guard let string = raw.string else { throw wrongType(key, raw, "a string") }
         return string
     }
 
-    mutating func bool(_ key: String, default value: Bool) throws(ConfigurationError) -> Bool {
+    public mutating func bool(_ key: String, default value: Bool) throws(ConfigurationError) -> Bool {
         seen.insert(key)
         guard let raw = table[key] else { return value }
         guard raw.type == .bool, let bool = raw.bool else { throw wrongType(key, raw, "true or false") }
         return bool
     }
 
-    mutating func milliseconds(_ key: String, default value: UInt32, allowZero: Bool) throws(ConfigurationError)
+    public mutating func milliseconds(_ key: String, default value: UInt32, allowZero: Bool) throws(ConfigurationError)
         -> UInt32
     {
         seen.insert(key)
         guard let raw = table[key] else { return value }
         guard raw.type == .int, let int = raw.int else { throw wrongType(key, raw, "a whole number of milliseconds") }
-        let range = Configuration.millisecondsRange(allowZero: allowZero)
+        let range = Self.millisecondsRange(allowZero: allowZero)
         guard range.contains(int) else {
             throw ConfigurationError(
                 "\(prefix)\(key) = \(int) is out of range; allowed: \(range.lowerBound) to \(range.upperBound) milliseconds."
@@ -47,7 +46,13 @@ struct TableReader {
         return UInt32(int)
     }
 
-    mutating func count(_ key: String, default value: Int, range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
+    /// The longest duration a millisecond key takes (10 minutes).
+    public static let maximumMilliseconds: UInt32 = 600_000
+    public static func millisecondsRange(allowZero: Bool) -> ClosedRange<Int> {
+        (allowZero ? 0 : 1)...Int(maximumMilliseconds)
+    }
+
+    public mutating func count(_ key: String, default value: Int, range: ClosedRange<Int>) throws(ConfigurationError) -> Int {
         seen.insert(key)
         guard let raw = table[key] else { return value }
         guard raw.type == .int, let int = raw.int else { throw wrongType(key, raw, "a whole number") }
@@ -58,7 +63,7 @@ struct TableReader {
         return int
     }
 
-    mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, default value: T) throws(ConfigurationError)
+    public mutating func choice<T: RawRepresentable & CaseIterable>(_ key: String, default value: T) throws(ConfigurationError)
         -> T
     where T.RawValue == String {
         let allowed = T.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
@@ -72,7 +77,7 @@ struct TableReader {
     }
 
     /// A choice that stays unset (nil) when the key is absent.
-    mutating func optionalChoice<T: RawRepresentable & CaseIterable>(_ key: String) throws(ConfigurationError) -> T?
+    public mutating func optionalChoice<T: RawRepresentable & CaseIterable>(_ key: String) throws(ConfigurationError) -> T?
     where T.RawValue == String {
         seen.insert(key)
         guard table[key] != nil, let first = T.allCases.first else { return nil }
@@ -80,13 +85,13 @@ struct TableReader {
     }
 
     /// A boolean that stays unset (nil) when the key is absent.
-    mutating func optionalBool(_ key: String) throws(ConfigurationError) -> Bool? {
+    public mutating func optionalBool(_ key: String) throws(ConfigurationError) -> Bool? {
         seen.insert(key)
         guard table[key] != nil else { return nil }
         return try bool(key, default: false)
     }
 
-    mutating func table(_ key: String) throws(ConfigurationError) -> TOMLTable? {
+    public mutating func table(_ key: String) throws(ConfigurationError) -> TOMLTable? {
         seen.insert(key)
         guard let raw = table[key] else { return nil }
         guard let table = raw.table else { throw wrongType(key, raw, "a table ([\(key)])") }
@@ -94,7 +99,7 @@ struct TableReader {
     }
 
     /// A table of query parameters; strings, numbers and booleans (lowercase) are accepted.
-    mutating func parameters(_ key: String) throws(ConfigurationError) -> [String: String] {
+    public mutating func parameters(_ key: String) throws(ConfigurationError) -> [String: String] {
         guard let table = try table(key) else { return [:] }
         var result: [String: String] = [:]
         for name in table.keys {
@@ -111,11 +116,40 @@ struct TableReader {
         return result
     }
 
-    func refuseUnknownKeys() throws(ConfigurationError) {
+    public func refuseUnknownKeys() throws(ConfigurationError) {
         let unknown = table.keys.filter { !seen.contains($0) }.sorted()
         guard let first = unknown.first else { return }
         let allowed = seen.sorted().joined(separator: ", ")
         throw ConfigurationError(
             "\(prefix)\(first) is not a known setting (known here: \(allowed)); check its spelling.")
+    }
+
+    /// An array of strings (a single string is taken as a list of one).
+    public mutating func stringList(_ key: String) throws(ConfigurationError) -> [String] {
+        seen.insert(key)
+        guard let raw = table[key] else { return [] }
+        if let string = raw.string { return [string] }
+        guard let array = raw.array else { throw wrongType(key, raw, "a list of strings, e.g. [\"one\", \"two\"]") }
+        var strings: [String] = []
+        for element in array {
+            guard let string = element.string else {
+                throw wrongType(key, raw, "a list of strings, e.g. [\"one\", \"two\"]")
+            }
+            strings.append(string)
+        }
+        return strings
+    }
+
+    /// A table of strings, e.g. `{ "gonna" = "going to" }`, in key order.
+    public mutating func strings(table key: String) throws(ConfigurationError) -> [(String, String)] {
+        guard let table = try table(key) else { return [] }
+        var pairs: [(String, String)] = []
+        for name in table.keys.sorted() {
+            guard let value = table[name]?.string else {
+                throw ConfigurationError("\(prefix)\(key).\"\(name)\" must be a string (empty to delete the words).")
+            }
+            pairs.append((name, value))
+        }
+        return pairs
     }
 }
