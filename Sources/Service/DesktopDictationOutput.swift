@@ -50,7 +50,8 @@ struct DesktopDictationSession: DictationOutputSession {
 
     func press(_ key: Key) async -> String? {
         guard mode == .type else { return nil }
-        return Self.problem(await withCheckedContinuation { done in desktop.press([key]) { done.resume(returning: $0) } })
+        return Self.problem(
+            await withCheckedContinuation { done in desktop.press([key]) { done.resume(returning: $0) } })
     }
 
     /// A backspace for each character (grapheme) typed, if the tool typed it and (on X11) its
@@ -73,7 +74,9 @@ struct DesktopDictationSession: DictationOutputSession {
             return nil
         }
         return Self.problem(
-            await withCheckedContinuation { done in desktop.copy(transcript, paste: paste) { done.resume(returning: $0) } })
+            await withCheckedContinuation { done in
+                desktop.copy(transcript, paste: paste) { done.resume(returning: $0) }
+            })
     }
 
     private static func problem(_ error: OutputError?) -> String? {

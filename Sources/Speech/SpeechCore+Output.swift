@@ -34,7 +34,9 @@ extension SpeechCore {
             throw .invalidConfiguration("output = \"\(mode.rawValue)\" is not available in this build of sttd.")
         }
         if mode == .type, inputMethods.secretFieldFocused { throw Self.secretField }
-        if mode == .type, inputMethods.active != nil { return ActiveOutput(mode: mode, route: .inputMethod(reported: [])) }
+        if mode == .type, inputMethods.active != nil {
+            return ActiveOutput(mode: mode, route: .inputMethod(reported: []))
+        }
         guard let lane = OutputLane.start(try output.begin(mode), on: self) else {
             throw .internal(Self.shuttingDown)
         }
@@ -55,7 +57,7 @@ extension SpeechCore {
             }
             publish(.inputMethodText(.commit(typed), to: current.id))
         case .tools(let lane):
-            lane.send(inputMethods.secretFieldFocused ? .refused(OutputProblem.secretField) : .type(typed))
+            toTools(.type(typed), lane)
         }
     }
 
@@ -72,7 +74,7 @@ extension SpeechCore {
         case .inputMethod:
             if !toInputMethod(.key(key.keysym)) { reportOnce(.inputMethodGone) }
         case .tools(let lane):
-            lane.send(inputMethods.secretFieldFocused ? .refused(OutputProblem.secretField) : .press(key))
+            toTools(.press(key), lane)
         }
     }
 
@@ -115,6 +117,12 @@ extension SpeechCore {
         let error = SpeechError.invalidConfiguration(message)
         setLastError(error)
         publish(.outputFailed(error))
+    }
+
+    /// Types or presses through the tools, unless the input method says a password field has the
+    /// focus (it may be off there; the tools type into whatever has the focus).
+    private func toTools(_ step: OutputLane.Step, _ lane: OutputLane) {
+        if inputMethods.secretFieldFocused { lane.refuse(OutputProblem.secretField) } else { lane.send(step) }
     }
 
     /// Sends `text` to the input method; false when none is active.
