@@ -51,7 +51,7 @@ public final class FallbackRecognizer: Recognizer {
         let stream = FallbackStream(
             options: options, fallback: fallback, after: after, events: events, logger: logger)
         do {
-            stream.begin(try await primary.startStream(options, events: stream.primaryEvents))
+            stream.begin(try await primary.startStream(options, events: stream.sink(for: .primary)))
         } catch {
             guard Self.fallsBack(on: error) else { throw error }
             logger.warning(
@@ -61,19 +61,6 @@ public final class FallbackRecognizer: Recognizer {
         }
         return stream
     }
-}
-
-/// Passes a session's events on through a closure set after the session exists (a weak link
-/// back to it, so the session and its engines' sessions form no cycle).
-final class EventRelay: RecognitionEventSink {
-    private let target = Mutex<(@Sendable (RecognitionEvent) -> Void)?>(nil)
-    let eventLoop: (any EventLoop)?
-
-    init(eventLoop: (any EventLoop)?) { self.eventLoop = eventLoop }
-
-    func connect(_ deliver: @escaping @Sendable (RecognitionEvent) -> Void) { target.withLock { $0 = deliver } }
-
-    func deliver(_ event: RecognitionEvent) { target.withLock { $0 }?(event) }
 }
 
 /// One session of ``FallbackRecognizer``: audio goes to the streaming session, then (after a
@@ -116,8 +103,6 @@ final class FallbackStream: RecognitionStream {
         }
     }
 
-    let primaryEvents: EventRelay
-    private let offlineEvents: EventRelay
     private let options: StreamOptions
     private let fallback: any Recognizer
     private let after: Duration
@@ -136,10 +121,6 @@ final class FallbackStream: RecognitionStream {
         self.after = after
         self.events = events
         self.logger = logger
-        primaryEvents = EventRelay(eventLoop: events.eventLoop)
-        offlineEvents = EventRelay(eventLoop: events.eventLoop)
-        primaryEvents.connect { [weak self] in self?.fromPrimary($0) }
-        offlineEvents.connect { [weak self] in self?.fromOffline($0) }
     }
 
     func begin(_ primary: any RecognitionStream) { state.withLock { $0.route = .primary(primary) } }
@@ -183,39 +164,35 @@ final class FallbackStream: RecognitionStream {
     }
 
     func finish() {
-        let target = state.withLock { state -> (any RecognitionStream)? in
-            state.finishing = true
-            return state.current
-        }
-        target?.finish()
+        forward(marking: { $0.finishing = true }) { $0.finish() }
         linkChanged.signal()
     }
 
     func finalize() {
-        let target = state.withLock { state -> (any RecognitionStream)? in
-            if case .waiting = state.route { state.finalizes += 1 }
-            return state.current
-        }
-        target?.finalize()
+        forward(marking: { if case .waiting = $0.route { $0.finalizes += 1 } }) { $0.finalize() }
     }
 
     func cancel() {
-        let target = state.withLock { state -> (any RecognitionStream)? in
-            state.cancelled = true
-            return state.current
-        }
-        target?.cancel()
+        forward(marking: { $0.cancelled = true }) { $0.cancel() }
         linkChanged.signal()
     }
 
     func abandon() {
+        forward(marking: {
+            $0.cancelled = true
+            $0.abandoned = true
+        }) { $0.abandon() }
+        linkChanged.signal()
+    }
+
+    /// Notes a request under the lock (``takeOver`` replays what the offline engine missed) and
+    /// passes it to the engine running now, outside the lock.
+    private func forward(marking mark: (inout State) -> Void, _ request: (any RecognitionStream) -> Void) {
         let target = state.withLock { state -> (any RecognitionStream)? in
-            state.cancelled = true
-            state.abandoned = true
+            mark(&state)
             return state.current
         }
-        target?.abandon()
-        linkChanged.signal()
+        if let target { request(target) }
     }
 
     // MARK: - The streaming phase
@@ -313,7 +290,7 @@ final class FallbackStream: RecognitionStream {
         }
         let offline: any RecognitionStream
         do {
-            offline = try await fallback.startStream(options, events: offlineEvents)
+            offline = try await fallback.startStream(options, events: sink(for: .offline))
         } catch {
             state.withLock { $0.route = .ended }
             var failure = reason
@@ -350,6 +327,19 @@ final class FallbackStream: RecognitionStream {
 
     // MARK: - Events
 
+    enum Phase { case primary, offline }
+
+    /// The sink for one engine's stream, made when that engine starts. It holds this stream
+    /// weakly, so the stream and its engines' streams form no cycle.
+    func sink(for phase: Phase) -> some RecognitionEventSink {
+        PhaseSink(eventLoop: events.eventLoop) { [weak self] event in
+            switch phase {
+            case .primary: self?.fromPrimary(event)
+            case .offline: self?.fromOffline(event)
+            }
+        }
+    }
+
     private func fromPrimary(_ event: RecognitionEvent) {
         if case .reconnecting(let down) = event {
             let forward = state.withLock { state -> Bool in
@@ -373,6 +363,14 @@ final class FallbackStream: RecognitionStream {
         result.audioEnd = result.audioEnd.map { $0 + offset }
         events.deliver(.result(result))
     }
+}
+
+/// Passes one engine's events to its ``FallbackStream``.
+private struct PhaseSink: RecognitionEventSink {
+    let eventLoop: (any EventLoop)?
+    let forward: @Sendable (RecognitionEvent) -> Void
+
+    func deliver(_ event: RecognitionEvent) { forward(event) }
 }
 
 extension Duration {

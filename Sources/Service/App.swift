@@ -115,14 +115,12 @@ public enum SttdApp {
         }
         WritableFolders.check(configuration, environment: environment, logger: logger)
         let recognizers = recognizers ?? defaultRecognizers(configuration, environment: environment, logger: logger)
-        let inputMethod = InputMethodRoute(logger: logger)
         let core = SpeechCore(
             configuration: configuration,
             microphone: microphone ?? PulseAudioMicrophone(logger: logger),
             recognizers: recognizers,
             history: openHistory(configuration, environment: environment, logger: logger),
-            output: DesktopDictationOutput(
-                configuration: configuration, environment: environment, inputMethod: inputMethod, logger: logger),
+            output: DesktopDictationOutput(configuration: configuration, environment: environment, logger: logger),
             logger: logger)
         let consent = Consent(
             connection: connection, policy: configuration.consent,
@@ -130,7 +128,7 @@ public enum SttdApp {
             timeout: .milliseconds(Int(configuration.consentTimeoutMilliseconds)), logger: logger)
         let adapter: SpeechBusAdapter
         do {
-            adapter = try SpeechBusAdapter(core: core, consent: consent, inputMethod: inputMethod, logger: logger)
+            adapter = try SpeechBusAdapter(core: core, consent: consent, logger: logger)
         } catch {
             connection.close()
             throw StartupError(

@@ -72,15 +72,6 @@ extension SpeechCore {
         publish(.transcript("", update: TranscriptUpdate(segment: "", isFinal: true)))
     }
 
-    /// Stops the session started from `connection`, if it runs, as a Stop would: the app left the
-    /// bus and nobody else may stop it, or the input method left while its push-to-talk key was
-    /// held. Returns whether one was running.
-    public func stopSession(startedFrom connection: String) -> Bool {
-        guard sessionOwner?.connection == connection, machine.state != .idle else { return false }
-        call({ .stop($0) }) { _, _ in }
-        return true
-    }
-
     /// Probes the microphone and the recognizer now; returns the recognizer's status. Calls
     /// made while a probe runs share its answer.
     public func requestAuthorization() async -> RecognizerAuthorization {
@@ -134,7 +125,7 @@ extension SpeechCore {
     /// another's runs.
     func standing(of caller: Caller?) throws(SpeechError) -> Standing {
         guard let destination = caller?.privateDestination else { return .owner }
-        if sessionOwner?.privateDestination == destination { return .owner }
+        if snapshot.owner?.privateDestination == destination { return .owner }
         if machine.state != .idle { throw Self.othersSession }
         return .bystander
     }

@@ -37,8 +37,7 @@ extension SpeechCore {
         guard session?.run === run else { return }
         session = nil
         // Nothing was said: there is nothing to deliver, and the tools it started can go.
-        activeOutput?.session.finish(transcript: nil) {}
-        activeOutput = nil
+        endOutput(transcript: nil, then: nil)
         let error: SpeechError
         switch failure {
         case .recognizer(let recognitionError):
@@ -150,13 +149,8 @@ extension SpeechCore {
         publish(.activeBackend(nil))
         endHistory()
         pruneHistoryDaily()
-        // The session is over once its text is on the desktop too: a Stop's reply comes after
-        // the last final was typed or the transcript is on the clipboard.
-        guard let output = activeOutput else { return handle(outcome) }
-        activeOutput = nil
-        output.session.finish(transcript: ending.cancelled ? nil : transcript.finalText) { [self] in
-            submit { core in core.handle(outcome) }
-        }
+        // The session is over once its text is on the desktop too.
+        endOutput(transcript: ending.cancelled ? nil : transcript.finalText, then: outcome)
     }
 
     // MARK: Transcript

@@ -24,12 +24,6 @@ struct SessionRecord {
     var dictation: Dictation
 }
 
-/// The desktop output of the running (or just ended) session.
-struct ActiveOutput {
-    let mode: OutputMode
-    let session: any DictationOutputSession
-}
-
 /// The engines a core starts sessions with, by backend.
 public struct Recognizers: Sendable {
     public var local: any Recognizer
@@ -110,8 +104,8 @@ public actor SpeechCore {
     var lastPruned = ContinuousClock.now
     var authorizationWaiters: [CheckedContinuation<RecognizerAuthorization, Never>] = []
     var sourceWaiters: [CheckedContinuation<Result<[AudioSource], SpeechError>, Never>] = []
-    /// Who started the current (or last) session.
-    var sessionOwner: Caller?
+    /// The input methods that reported; text of `output = type` sessions goes through the current one.
+    var inputMethods = InputMethods()
     nonisolated let sharedSettings: Mutex<SpeechSettings>
     public internal(set) var authorization = RecognizerAuthorization.notDetermined
     public internal(set) var microphoneStatus = MicrophoneStatus.notDetermined
@@ -202,8 +196,14 @@ public actor SpeechCore {
 
     // MARK: Events
 
-    /// Calls `observer` with every event, on the core's executor, in order. It must not block.
-    public func observe(_ observer: @escaping @Sendable (SpeechEvent) -> Void) { hub.observe(observer) }
+    /// Calls `observer` with every event and the session as it stands after it, on the core's
+    /// executor, in order. It must not block.
+    public func observe(_ observer: @escaping @Sendable (SpeechEvent, SessionSnapshot) -> Void) {
+        hub.observe(observer)
+    }
+
+    /// The session as last published; from any thread.
+    public nonisolated var snapshot: SessionSnapshot { hub.snapshot }
 
     /// Every event from now on that `wants` takes, in order (bounded: see ``EventHub``). Ends
     /// when the core does. A subscriber that has no use for level readings should skip them:
@@ -282,8 +282,7 @@ public actor SpeechCore {
         (utteranceOpen, heldCommand) = (false, nil)
         publish(.transcript("", update: nil))
         let client = options.caller ?? Caller(name: "host")
-        sessionOwner = client
-        publish(.owner(client))
+        publish(.owner(client, stopsWhenGone: mustStay(client)))
         let settings = settings
         let backend = options.backend ?? settings.backend
         let source = options.source ?? settings.source

@@ -36,13 +36,22 @@ public enum SpeechEvent: Sendable, Equatable {
     case lastError(SpeechError?)
     case authorization(RecognizerAuthorization)
     case microphone(MicrophoneStatus)
-    /// A session opened for this caller; it lasts until the state is `idle` again.
-    case owner(Caller)
+    /// A session opened for this caller; it lasts until the state is `idle` again. It stops when
+    /// the connection `stopsWhenGone` leaves the bus: a sandboxed app's, or that of the input
+    /// method that started it (its push-to-talk release can never come then); see
+    /// ``SpeechCore/stopSession(startedFrom:)``.
+    case owner(Caller, stopsWhenGone: String?)
     /// The engine the running session uses (`ActiveBackend`); nil when no session runs.
     case activeBackend(Backend?)
     /// The streaming backend was out of reach (this error says why) and the offline engine took
     /// the session over; it goes on.
     case continuingOffline(SpeechError)
+    /// The input method's report changed, or another one is the input method now (nil: none is
+    /// left): the `InputMethod` property.
+    case inputMethod(InputMethodReport?)
+    /// Text for the input method `to` to put into the focused field. It goes to that input method
+    /// alone; no other observer acts on it.
+    case inputMethodText(InputMethodText, to: InputMethodID)
 }
 
 /// One result as clients see it: the whole transcript, the result's own text, whether final.
@@ -59,7 +68,8 @@ public struct TranscriptUpdate: Sendable, Equatable {
 /// The values of `State`.
 public typealias SessionState = SessionMachine<StartOptions>.State
 
-/// Hands the core's events to its subscribers, on the core's executor, in order; the one
+/// Hands the core's events to its subscribers, on the core's executor, in order, and keeps the
+/// ``SessionSnapshot`` they make, which observers get with each event; the one
 /// exception is level readings, which a session's capture thread publishes while its run's
 /// ``LevelGate`` is open (the core closes it before the session's end goes out).
 ///
@@ -70,8 +80,10 @@ public typealias SessionState = SessionMachine<StartOptions>.State
 final class EventHub: Sendable {
     static let streamBound = 4096
 
+    typealias Observer = @Sendable (SpeechEvent, SessionSnapshot) -> Void
+
     private struct Subscribers {
-        var observers: [@Sendable (SpeechEvent) -> Void] = []
+        var observers: [Observer] = []
         var streams: [Int: Stream] = [:]
         var nextID = 0
     }
@@ -82,11 +94,15 @@ final class EventHub: Sendable {
         var wants: @Sendable (SpeechEvent) -> Bool
     }
     private let subscribers = Mutex(Subscribers())
+    /// Written only by ``publish(_:)``, before any subscriber hears of the event.
+    private let published = Mutex(SessionSnapshot())
     private let logger: Logger
 
     init(logger: Logger) { self.logger = logger }
 
-    func observe(_ observer: @escaping @Sendable (SpeechEvent) -> Void) {
+    var snapshot: SessionSnapshot { published.withLock { $0 } }
+
+    func observe(_ observer: @escaping Observer) {
         subscribers.withLock { $0.observers.append(observer) }
     }
 
@@ -105,8 +121,12 @@ final class EventHub: Sendable {
     }
 
     func publish(_ event: SpeechEvent) {
+        let snapshot = published.withLock { snapshot in
+            snapshot.note(event)
+            return snapshot
+        }
         let (observers, streams) = subscribers.withLock { ($0.observers, $0.streams) }
-        for observer in observers { observer(event) }
+        for observer in observers { observer(event, snapshot) }
         for (id, stream) in streams where stream.wants(event) {
             let continuation = stream.continuation
             if case .dropped = continuation.yield(event) {

@@ -21,10 +21,12 @@ public struct DesktopNotifier: Sendable {
     }
 
     /// The events ``run(_:)`` looks at: not level readings, which would wake it ten times a
-    /// second while listening (a third of sttd's own CPU in silence).
+    /// second while listening (a third of sttd's own CPU in silence), nor the input method's.
     @Sendable public static func wants(_ event: SpeechEvent) -> Bool {
-        if case .audioLevel = event { return false }
-        return true
+        switch event {
+        case .audioLevel, .inputMethod, .inputMethodText: false
+        default: true
+        }
     }
 
     /// Follows `events` until they end (when the core does), one notification call at a time.

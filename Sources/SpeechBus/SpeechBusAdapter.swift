@@ -21,42 +21,36 @@ extension SpeechError: DBusErrorRepresentable {
 /// thread. So a recognizer result crosses two thread boundaries on its way to
 /// `dbus_connection_send`: recognizer thread -> core loop -> bus thread.
 ///
-/// A sandboxed caller sees and controls only the session it started (see ``SessionView``); host
-/// callers see and control every session.
+/// A sandboxed caller sees and controls only the session it started (see ``SessionSnapshot``);
+/// host callers see and control every session.
+///
+/// The object's stored values (`Transcript`, `ActiveClient`, ...) are the wire cache of what the
+/// core published, not a second owner: ``DBusObject`` compares against them to send
+/// `PropertiesChanged` only for a real change, and answers `Get` from them.
 public final class SpeechBusAdapter: Sendable {
     /// The exported object.
     public let object: DBusObject
     let core: SpeechCore
-    let view: SessionView
     let consent: Consent?
-    let inputMethod: InputMethodRoute?
     /// The method calls being served; ``finish()`` waits for them.
     let tasks: DBusCallTasks
     let logger: Logger
 
     /// Declares the object around a core. With `consent`, its gate guards the interface, sessions
     /// are labelled with their app, and a sandboxed app sees and controls only its own session.
-    /// With `inputMethod`, `SetInputMethodState` attaches the desktop's input method to it.
-    public init(
-        core: SpeechCore, consent: Consent? = nil, inputMethod: InputMethodRoute? = nil,
-        logger: Logger = Logger(label: "sttd")
-    ) throws(DBusError) {
+    public init(core: SpeechCore, consent: Consent? = nil, logger: Logger = Logger(label: "sttd")) throws(DBusError) {
         self.core = core
         self.consent = consent
-        self.inputMethod = inputMethod
         self.logger = logger
         let tasks = DBusCallTasks()
         self.tasks = tasks
-        let view = SessionView()
-        self.view = view
-        let calls = SpeechCalls(core: core, consent: consent, inputMethod: inputMethod)
+        let calls = SpeechCalls(core: core, consent: consent)
         object = try DBusObject(
             path: SpeechAPI.objectPath,
             interfaces: [
                 SpeechAPI.declaration(
                     method: { calls.bridge($0, tasks: tasks) }, setting: { Self.setting($0, of: core) })
             ])
-        inputMethod?.attach(object)
         if let consent {
             object.install(gate: consent.gate)
             object.install { access, stored in
@@ -64,7 +58,9 @@ public final class SpeechBusAdapter: Sendable {
                     return .success(stored)
                 }
                 switch access.member {
-                case SpeechProperty.transcript.name: return view.transcript(shownTo: access.sender, reading: access.kind)
+                case SpeechProperty.transcript.name:
+                    return core.snapshot.transcript(shownTo: access.sender, whole: access.kind != .getProperty)
+                        .map(DBusValue.string).mapError(\.dbusError)
                 // Whether a password field has the focus is not an app's business.
                 case SpeechProperty.inputMethod.name: return .success(.string(""))
                 default: return .success(stored)
@@ -78,65 +74,35 @@ public final class SpeechBusAdapter: Sendable {
 
     /// Follows the core's events from now on; call before the core runs.
     public func attach() async {
-        await core.observe { [self] event in
-            view.note(event)
+        await core.observe { [self] event, session in
             switch event {
-            case .owner(let client):
+            case .owner(let client, let stopsWhenGone):
                 object.set(.activeClient, client.name)
-                if let owner = client.privateDestination {
-                    stopWhenGone(owner, then: ownerLeft)
-                } else if let engine = client.connection, inputMethod?.isInputMethod(engine) == true {
-                    stopWhenGone(engine, then: inputMethodLeft)
-                }
+                if let stopsWhenGone { stopWhenGone(stopsWhenGone) }
             case .state(.idle):
                 object.set(.activeClient, "")
             default:
                 break
             }
-            Self.show(event, on: object, to: view.destination)
+            Self.show(event, on: object, to: session.destination)
         }
-        consent?.observeDepartures { [self] name in
-            if view.isOwner(name) { ownerLeft(name) }
-            if inputMethod?.departed(name) != nil { inputMethodLeft(name) }
-        }
+        consent?.observeDepartures { [core] name in core.submit { core in core.connectionLeft(name) } }
     }
 
     // MARK: Sessions whose app left
 
     /// A session whose starter must stay (a sandboxed app, or the input method holding its
     /// push-to-talk key) has just opened: if the starter has already left the bus (its departure
-    /// may have come before the session), `left` stops the session now; later, its departure does.
-    func stopWhenGone(_ owner: String, then left: @escaping @Sendable (String) -> Void) {
+    /// may have come before the session), the session stops now; later, its departure stops it.
+    func stopWhenGone(_ owner: String) {
         guard let consent else { return }
-        let queued = consent.enqueue {
-            if await !consent.isConnected(owner) { left(owner) }
+        let queued = consent.enqueue { [core] in
+            if await !consent.isConnected(owner) { core.submit { core in core.stopSession(startedFrom: owner) } }
         }
         if !queued {
             logger.warning(
                 "cannot check that the app of a new session is still connected; it stops when it leaves the bus",
                 metadata: ["sender": "\(owner)"])
-        }
-    }
-
-    /// Stops the session of `owner`, who left the bus, as `StopTranscribing` would (its finals
-    /// kept in history): nobody else may stop it, and the microphone must not stay on for nobody.
-    func ownerLeft(_ owner: String) {
-        stopSession(startedFrom: owner, "the app whose session is running left the bus; stopping the session")
-    }
-
-    /// The input method left the bus (it crashed, or `ibus restart`). It starts sessions only
-    /// for its push-to-talk key, whose release can now never arrive: the session it started
-    /// stops, as the release would have stopped it. Its last words stay in the transcript and
-    /// history.
-    func inputMethodLeft(_ engine: String) {
-        stopSession(
-            startedFrom: engine, "the input method left the bus; stopping the push-to-talk session it started")
-    }
-
-    private func stopSession(startedFrom connection: String, _ why: Logger.Message) {
-        core.submit { [logger] core in
-            guard core.stopSession(startedFrom: connection) else { return }
-            logger.notice(why, metadata: ["sender": "\(connection)"])
         }
     }
 
@@ -168,6 +134,12 @@ public final class SpeechBusAdapter: Sendable {
             object.emit(.sessionFailed(errorName: error.name, message: error.message), to: destination)
         case .owner:
             break  // shown above, as ActiveClient
+        case .inputMethod(let report):
+            object.set(.inputMethod, report?.summary ?? "")
+        case .inputMethodText(let text, to: .bus(let engine)):
+            // Unicast, but not private: a bus monitor run by the same user sees it too, as it sees
+            // every message of that user's bus.
+            object.emit(text.signal, to: engine)
         case .outputFailed:
             break  // not a session failure: `LastError` shows it, and a notification
         case .activeBackend(let backend):

@@ -11,7 +11,6 @@ import SpeechAPI
 struct SpeechCalls: SpeechMethods {
     let core: SpeechCore
     let consent: Consent?
-    let inputMethod: InputMethodRoute?
 
     func startTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError) {
         try await core.start(try startOptions(options, sender))
@@ -68,8 +67,7 @@ struct SpeechCalls: SpeechMethods {
     }
 
     func setInputMethodState(_ state: InputMethodState, sender: String) async throws(SpeechError) {
-        guard let inputMethod else { throw .internal("this sttd does not route text to an input method") }
-        inputMethod.update(from: sender, state)
+        await core.reportInputMethod(InputMethodReport(state), from: .bus(sender))
     }
 
     // MARK: Who is calling

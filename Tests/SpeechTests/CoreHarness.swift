@@ -27,7 +27,7 @@ struct CoreHarness {
             recognizers: Recognizers(local: recognizer, deepgram: recognizer), history: history, output: output,
             logger: Logger(label: "test"))
         let log = log
-        await core.observe { log.append($0) }
+        await core.observe { event, _ in log.append(event) }
     }
 
     /// Runs the core while `body` drives it, then shuts it down and waits for it to end.

@@ -19,7 +19,7 @@ struct DictationTests {
             session.interim("wor")
             session.final("  world\nagain ")
             session.final("")
-            try await harness.log.wait { _ in harness.output.typed.count == 2 }
+            try await waitFor { harness.output.typed.count == 2 }
             #expect(harness.output.typed == ["hello", " world again"], "finals as they arrive; interims never")
             let text = await harness.core.stop()
             #expect(text == "hello world again and the last words")
@@ -107,8 +107,8 @@ struct DictationTests {
         let harness = try await CoreHarness()
         try await harness.run {
             let (session, _) = try await harness.start(StartOptions(output: .type))
-            session.final("first")
             harness.output.failTool("xdotool failed: Can't open display")
+            session.final("first")
             try await harness.log.wait { $0.contains { if case .outputFailed = $0 { true } else { false } } }
             #expect(await harness.core.state == .listening)
             #expect(await harness.core.lastError?.message == "xdotool failed: Can't open display")

@@ -265,7 +265,7 @@ final class FakeOutput: DictationOutput {
         var typed: [String] = []
         var finished: [String?] = []
         var unavailable: SpeechError?
-        var failed: (@Sendable (String) -> Void)?
+        var toolFailure: String?
         var heldFinish: (@Sendable () -> Void)?
         var holdFinish = false
     }
@@ -285,38 +285,46 @@ final class FakeOutput: DictationOutput {
     func releaseFinish() { state.withLock { $0.heldFinish }?() }
     var isHoldingFinish: Bool { state.withLock { $0.heldFinish != nil } }
 
-    /// Reports a tool failure, as a typing tool exiting with an error would.
-    func failTool(_ message: String) { state.withLock { $0.failed }?(message) }
+    /// Makes the next typing fail with `message`, as a typing tool exiting with an error would.
+    func failTool(_ message: String) { state.withLock { $0.toolFailure = message } }
 
-    func begin(_ mode: OutputMode, failed: @escaping @Sendable (String) -> Void) throws(SpeechError)
-        -> any DictationOutputSession
-    {
+    func begin(_ mode: OutputMode) throws(SpeechError) -> any DictationOutputSession {
         try state.withLock { state throws(SpeechError) in
             if let unavailable = state.unavailable { throw unavailable }
             state.modes.append(mode)
-            state.failed = failed
         }
         return FakeOutputSession(output: self)
     }
 
-    fileprivate func type(_ text: String) { state.withLock { $0.typed.append(text) } }
-
-    fileprivate func finish(_ transcript: String?, done: @escaping @Sendable () -> Void) {
-        let hold = state.withLock { state in
-            state.finished.append(transcript)
-            if state.holdFinish { state.heldFinish = done }
-            return state.holdFinish
+    fileprivate func type(_ text: String) -> String? {
+        state.withLock { state in
+            state.typed.append(text)
+            defer { state.toolFailure = nil }
+            return state.toolFailure
         }
-        if !hold { done() }
+    }
+
+    fileprivate func finish(_ transcript: String?) async {
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            let hold = state.withLock { state in
+                state.finished.append(transcript)
+                if state.holdFinish { state.heldFinish = { done.resume() } }
+                return state.holdFinish
+            }
+            if !hold { done.resume() }
+        }
     }
 }
 
 private struct FakeOutputSession: DictationOutputSession {
     let output: FakeOutput
-    func type(_ text: String) { output.type(text) }
+    func type(_ text: String) async -> String? { output.type(text) }
     /// Recorded among the typed text as `<Return>`.
-    func press(_ key: Key) { output.type("<\(key.keysym)>") }
+    func press(_ key: Key) async -> String? { output.type("<\(key.keysym)>") }
     /// Recorded among the typed text as `<-N>`, N characters taken back.
-    func retract(_ typed: String) { output.type("<-\(typed.count)>") }
-    func finish(transcript: String?, done: @escaping @Sendable () -> Void) { output.finish(transcript, done: done) }
+    func retract(_ typed: String) async -> String? { output.type("<-\(typed.count)>") }
+    func finish(transcript: String?) async -> String? {
+        await output.finish(transcript)
+        return nil
+    }
 }

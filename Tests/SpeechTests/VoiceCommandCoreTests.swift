@@ -19,7 +19,7 @@ struct VoiceCommandCoreTests {
             session.final("Press enter.")
             session.final("scratch that")
             session.final("We need a new line of products.")
-            try await harness.log.wait { _ in harness.output.typed.count == 6 }
+            try await waitFor { harness.output.typed.count == 6 }
             #expect(
                 harness.output.typed == [
                     "Dear team\n", "This goes away.", "<-15>", "Thanks.", "<Return>", " We need a new line of products.",

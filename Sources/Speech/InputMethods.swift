@@ -1,0 +1,89 @@
+/// An input method sttd types through: today IBus's engine (`sttd-ibus`), known by its unique
+/// bus name. Another kind (a Wayland input method, per seat) becomes another case.
+public enum InputMethodID: Hashable, Sendable, CustomStringConvertible {
+    case bus(String)
+
+    public var description: String {
+        switch self {
+        case .bus(let name): name
+        }
+    }
+}
+
+/// What an input method last said about the focused field (`SetInputMethodState`).
+public struct InputMethodReport: Sendable, Equatable {
+    /// The engine is the input method of some text field (the user chose "Dictation").
+    public var active: Bool
+    /// A text field using it has the keyboard focus.
+    public var focused: Bool
+    /// That field is for a password or PIN: it never receives dictated text.
+    public var secret: Bool
+    /// The push-to-talk key is held.
+    public var pushToTalk: Bool
+
+    public init(active: Bool = false, focused: Bool = false, secret: Bool = false, pushToTalk: Bool = false) {
+        self.active = active
+        self.focused = focused
+        self.secret = secret
+        self.pushToTalk = pushToTalk
+    }
+}
+
+/// What the core asks an input method to do in the focused field.
+public enum InputMethodText: Sendable, Equatable {
+    /// Shows the pending interim (with its leading separator) as preedit; empty clears it.
+    case preedit(String)
+    /// Commits a final (with its leading separator).
+    case commit(String)
+    /// Deletes this many Unicode characters before the cursor, if they are the text the input
+    /// method last committed into the field that still has the focus.
+    case delete(characters: Int)
+    /// Presses a key (an X keysym name).
+    case key(String)
+}
+
+/// The input methods that reported, oldest report first; the last is *the* input method. When it
+/// leaves, the newest of those still there takes over at once (a program that reports and exits
+/// cannot cut `sttd-ibus` off).
+struct InputMethods {
+    /// At most this many are remembered; beyond it the one that reported longest ago is forgotten
+    /// (a desktop runs one, perhaps two during an `ibus restart`).
+    static let limit = 8
+
+    struct Engine: Equatable {
+        var id: InputMethodID
+        var report: InputMethodReport
+    }
+    private(set) var engines: [Engine] = []
+
+    /// The input method now, if any.
+    var current: Engine? { engines.last }
+
+    /// The input method, when it says it is active.
+    var active: Engine? { current.flatMap { $0.report.active ? $0 : nil } }
+
+    /// Whether the input method says a password or PIN field has the focus, active or not (GNOME
+    /// switches it off in such a field): nothing may be typed there, by any route.
+    var secretFieldFocused: Bool { current.map { $0.report.focused && $0.report.secret } ?? false }
+
+    /// `id` reported `report`: it is the input method from now on. Returns the one that was before.
+    @discardableResult
+    mutating func update(from id: InputMethodID, _ report: InputMethodReport) -> Engine? {
+        let previous = engines.last
+        engines.removeAll { $0.id == id }
+        engines.append(Engine(id: id, report: report))
+        if engines.count > Self.limit { engines.removeFirst() }
+        return previous
+    }
+
+    /// `id` is gone. Returns its last report, if it had reported, and whether it was the current one.
+    @discardableResult
+    mutating func departed(_ id: InputMethodID) -> (report: InputMethodReport, wasCurrent: Bool)? {
+        guard let left = engines.first(where: { $0.id == id }) else { return nil }
+        let wasCurrent = engines.last?.id == id
+        engines.removeAll { $0.id == id }
+        return (left.report, wasCurrent)
+    }
+
+    func contains(_ id: InputMethodID) -> Bool { engines.contains { $0.id == id } }
+}
