@@ -203,25 +203,19 @@ final class FallbackStream: RecognitionStream {
             case ended(RecognitionError?)
             case linkDown
         }
-        let end = await withTaskGroup(of: End?.self) { group in
-            group.addTask {
-                do throws(RecognitionError) {
-                    try await primary.run()
-                    return .ended(nil)
-                } catch {
-                    return .ended(error)
-                }
-            }
-            group.addTask { await self.watchLink() ? .linkDown : nil }
-            var end = End.ended(nil)
-            for await next in group {
-                guard let next else { continue }
-                end = next
-                break
-            }
-            group.cancelAll()
-            return end
-        }
+        let end =
+            await firstResult(
+                of: End.self,
+                {
+                    do throws(RecognitionError) {
+                        try await primary.run()
+                        return .ended(nil)
+                    } catch {
+                        return .ended(error)
+                    }
+                },
+                { await self.watchLink() ? .linkDown : nil }
+            ) ?? .ended(nil)
         if state.withLock({ $0.cancelled }) {
             if case .ended(let error?) = end { throw error }
             return nil
