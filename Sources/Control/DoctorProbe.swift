@@ -50,7 +50,7 @@ struct DoctorProbe {
 
     static func state(of client: SpeechClient) async throws -> DoctorFacts.ServiceState {
         // Probes the engine and the microphone now, as `sttctl authorize` does.
-        let authorization = try await client.call(.requestAuthorization).first?.string ?? ""
+        let authorization = try await client.call(Speech1.requestAuthorization)
         return DoctorFacts.ServiceState(
             version: try await client.property(.version) ?? "", backend: try await client.property(.backend) ?? "",
             authorization: authorization, microphone: try await client.property(.microphoneStatus) ?? "",

@@ -13,6 +13,8 @@ public final class SttdFixture: @unchecked Sendable {
     public let bus: PrivateBus
     public let pulse: HeadlessPulse
     public let client: DBusConnection
+    /// The typed client of the main interface, on ``client``.
+    public let speech: SpeechProxy
     public let home: String
     public private(set) var sttd: ChildProcess
     public let environment: [String: String]
@@ -52,6 +54,7 @@ public final class SttdFixture: @unchecked Sendable {
         }
         sttd = try Self.startService(environment: env, home: home, as: user)
         client = try await DBusConnection.connect(to: .address(bus.address))
+        speech = SpeechProxy(connection: client)
         try await waitForService()
     }
 
