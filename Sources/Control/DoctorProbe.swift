@@ -167,12 +167,13 @@ struct DoctorProbe {
 }
 
 extension SpeechClient {
+    static let processID = DBusMethodSpec<UInt32, String>(
+        "GetConnectionUnixProcessID", inputs: "bus_name", output: "unix_process_id")
+
     /// The process id of sttd, as the bus knows it.
     func ownerPID() async throws -> UInt32? {
-        let reply = try await connection.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetConnectionUnixProcessID", arguments: [.string(Self.name)], timeout: .seconds(5))
-        if case .uint32(let pid)? = reply.first { return pid }
-        return nil
+        try await connection.call(
+            Self.processID, destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", Self.name, timeout: .seconds(5))
     }
 }

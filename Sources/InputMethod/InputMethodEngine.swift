@@ -66,10 +66,7 @@ public final class InputMethodEngine: Sendable {
         ibus.export(waylandPurpose(queue: queue))
         // `sttd-ibus --wayland` may have a field active already: not known until it says again,
         // which it does when this engine takes its name (below).
-        let proxy = try? await ibus.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "NameHasOwner", arguments: [.string(IBus.waylandProxyName)])
-        if proxy?.first?.boolean == true { queue.yield(.waylandPurpose(nil)) }
+        if (try? await ibus.nameHasOwner(IBus.waylandProxyName)) == true { queue.yield(.waylandPurpose(nil)) }
         do {
             let reply = try await ibus.requestName(IBus.componentName)
             guard reply == 1 else { throw IBusError("another \(IBus.componentName) runs on this ibus-daemon") }

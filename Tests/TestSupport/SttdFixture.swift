@@ -67,10 +67,7 @@ public final class SttdFixture: @unchecked Sendable {
     /// Waits until the service owns its name (up to 10 s).
     public func waitForService() async throws {
         for _ in 0..<200 {
-            let owned = try? await client.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameHasOwner", arguments: [.string(Self.name)])
-            if owned?.first?.boolean == true { return }
+            if (try? await client.nameHasOwner(Self.name)) == true { return }
             if !sttd.isRunning { throw MissingPrerequisite(description: "sttd exited early: \(log)") }
             try await Task.sleep(for: .milliseconds(50))
         }
