@@ -76,9 +76,7 @@ public struct StartRequest: DBusRepresentable, Equatable {
             case .language: language = try Self.typed(key, value, \.string, "s")
             case .source: source = try Self.typed(key, value, \.string, "s")
             case .interimResults: interimResults = try Self.typed(key, value, \.boolean, "b")
-            case .keyterms:
-                keyterms = try Self.typed(
-                    key, value, { if case .array(.string, _) = $0 { $0.strings } else { nil } }, "as")
+            case .keyterms: keyterms = try Self.typed(key, value, \.strings, "as")
             case .autoStopMilliseconds: autoStopMilliseconds = try Self.typed(key, value, \.uint32, "u")
             case .output: output = try Self.typed(key, value, \.string, "s")
             }
