@@ -67,7 +67,7 @@ enum Benchmarks {
         let subscriber = try ChildProcess(
             CommandLine.arguments[0], ["subscribe", sttd.bus.address, output], environment: nil)
         try await Task.sleep(for: .milliseconds(500))
-        try await sttd.call("StartTranscribing", [.vardict([])])
+        try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
         let files = try recordings()
         var received = 0
         var index = 0
@@ -76,7 +76,7 @@ enum Benchmarks {
             index += 1
             received = (try? String(contentsOfFile: output, encoding: .utf8))?.split(separator: "\n").count ?? 0
         }
-        _ = try await sttd.call("StopTranscribing")
+        try await sttd.speech.call(Speech1.stopTranscribing)
         subscriber.stop()
         let latencies = try String(contentsOfFile: output, encoding: .utf8).split(separator: "\n").compactMap {
             line -> Double? in
@@ -102,10 +102,10 @@ enum Benchmarks {
         var words = 0
         let trials = 100
         for trial in 0..<trials {
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             let player = try sttd.pulse.startPlaying(files[trial % files.count].path)
             try await Task.sleep(for: .milliseconds(Int.random(in: 300...3_000)))
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             player.stop()
             let produced = server.connections.last?.finalsSent.joined(separator: " ").split(separator: " ") ?? []
             var said = reply.split(separator: " ")
@@ -126,7 +126,7 @@ enum Benchmarks {
         let sttd = try await streamingService(server)
         let files = try recordings()
         let before = try ProcessSample(pid: sttd.sttd.pid)
-        try await sttd.call("StartTranscribing", [.vardict([])])
+        try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
         var seconds = 0.0
         var index = 0
         while seconds < 60 {
@@ -134,7 +134,7 @@ enum Benchmarks {
             seconds += files[index % files.count].seconds
             index += 1
         }
-        _ = try await sttd.call("StopTranscribing")
+        try await sttd.speech.call(Speech1.stopTranscribing)
         let after = try ProcessSample(pid: sttd.sttd.pid)
         peakRSS.withLock { $0.remote = after.peakRSSKB }
         let perMinute = (after.cpuSeconds - before.cpuSeconds) / seconds * 60
@@ -173,9 +173,9 @@ enum Benchmarks {
             // Stop as soon as a file has played, as a dictating user would: both tools then decode
             // the same audio (waiting for the end-of-speech final would add silence to sttd's).
             for file in files {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
                 try await sttd.pulse.play(file.path)
-                ours.append(try await sttd.call("StopTranscribing").first?.string ?? "")
+                ours.append(try await sttd.speech.call(Speech1.stopTranscribing))
             }
             let after = try ProcessSample(pid: sttd.sttd.pid)
             peakRSS.withLock { $0.local = max($0.local ?? 0, after.peakRSSKB) }
@@ -260,14 +260,14 @@ enum Benchmarks {
     // 7
     static func startLatency() async throws -> Row {
         func measure(_ sttd: SttdFixture) async throws -> [Double] {
-            try await sttd.call("StartTranscribing", [.vardict([])])
-            _ = try await sttd.call("StopTranscribing")
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
+            try await sttd.speech.call(Speech1.stopTranscribing)
             var samples: [Double] = []
             for _ in 0..<100 {
                 let started = ContinuousClock.now
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
                 samples.append(milliseconds(ContinuousClock.now - started))
-                _ = try await sttd.call("StopTranscribing")
+                try await sttd.speech.call(Speech1.stopTranscribing)
             }
             return samples
         }

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import SpeechAPI
 import TestSupport
 
 /// The dictation benchmarks: typing into real windows, and auto-stop's timing.
@@ -35,7 +36,7 @@ enum DesktopBenchmarks {
         environment.merge(window.environment) { $1 }
         let sttd = try await SttdFixture(config: streamingConfig(server), environment: environment)
         let signals = try await sttd.client.signals(sender: SttdFixture.name, member: "TranscriptChanged")
-        try await sttd.call("StartTranscribing", [.vardict([("output", .string("type"))])])
+        try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
         let player = try sttd.pulse.startPlaying(try LibriVox.recordings()[0].path)
         var samples: [Double] = []
         for await signal in signals {
@@ -51,7 +52,7 @@ enum DesktopBenchmarks {
             samples.append(milliseconds(ContinuousClock.now - received))
             if !player.isRunning, samples.count >= 5 { break }
         }
-        _ = try await sttd.call("StopTranscribing")
+        try await sttd.speech.call(Speech1.stopTranscribing)
         return samples
     }
 
@@ -75,7 +76,7 @@ enum DesktopBenchmarks {
         for recording in try LibriVox.recordings().prefix(3) {
             // A stream per session: the last session's flushed finals are not this one's.
             let signals = try await sttd.client.signals(sender: SttdFixture.name, member: "TranscriptChanged")
-            try await sttd.call("StartTranscribing", [.vardict([("output", .string("type"))])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             let player = try sttd.pulse.startPlaying(recording.path)
             for await signal in signals {
                 guard signal.arguments.last == .boolean(true), let transcript = signal.arguments.first?.string else {
@@ -91,8 +92,8 @@ enum DesktopBenchmarks {
                 samples.append(milliseconds(ContinuousClock.now - received))
                 if !player.isRunning { break }
             }
-            _ = try await sttd.call("StopTranscribing")
-            try await sttd.call("ResetTranscript")
+            try await sttd.speech.call(Speech1.stopTranscribing)
+            try await sttd.speech.call(Speech1.resetTranscript)
             try await field.xdotool(["key", "ctrl+a", "BackSpace"])
             while !field.text.isEmpty { try await Task.sleep(for: .milliseconds(10)) }
         }
@@ -113,7 +114,7 @@ enum DesktopBenchmarks {
         var samples: [Double] = []
         for recording in try LibriVox.recordings() {
             let trailing = trailingSilenceMilliseconds(try wavSamples(recording.path))
-            try await sttd.call("StartTranscribing", [.vardict([("auto_stop_ms", .uint32(1000))])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(autoStopMilliseconds: 1000))
             try await sttd.pulse.play(recording.path)
             let ended = ContinuousClock.now
             while try await sttd.property("State") == .string("listening"), ContinuousClock.now - ended < .seconds(10) {

@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 import Recognition
+import SpeechAPI
 import TestSupport
 
 /// Rows for the sherpa-onnx engine (Moonshine base-en), sttd's default offline engine.
@@ -75,9 +76,9 @@ extension Benchmarks {
         let before = try ProcessSample(pid: sttd.sttd.pid)
         var texts: [String] = []
         for clip in clips {
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(clip.path)
-            texts.append(try await sttd.call("StopTranscribing").first?.string ?? "")
+            texts.append(try await sttd.speech.call(Speech1.stopTranscribing))
         }
         let after = try ProcessSample(pid: sttd.sttd.pid)
         let audio = clips.reduce(0) { $0 + $1.seconds }
@@ -164,7 +165,7 @@ extension Benchmarks {
             for _ in 0..<3 {
                 for clip in clips {
                     let recorder = try await sttd.record()
-                    try await sttd.call("StartTranscribing", [.vardict([])])
+                    try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
                     try await sttd.pulse.play(clip.path)
                     let endOfSpeech = ContinuousClock.now - .milliseconds(Int64(clip.trailingSilence * 1000))
                     // The final holding the last words is the last one before speech activity ends
@@ -180,7 +181,7 @@ extension Benchmarks {
                     let last = recorder.arrivals.last {
                         $0.signal.member == "TranscriptChanged" && $0.signal.arguments.last == .boolean(true)
                     }
-                    _ = try await sttd.call("StopTranscribing")
+                    try await sttd.speech.call(Speech1.stopTranscribing)
                     guard ended, let last else { throw BenchError("no final within 15 s of the end of \(clip.path)") }
                     latencies.append(milliseconds(last.at - endOfSpeech))
                 }

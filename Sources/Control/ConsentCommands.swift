@@ -9,14 +9,12 @@ struct Apps: AsyncParsableCommand {
 
     func run() async throws {
         let client = try await SpeechClient.connect()
-        let reply = try await client.call(.listAppConsent)
-        guard case .dictionary(_, _, let entries)? = reply.first, !entries.isEmpty else {
+        let decisions = try await client.call(Speech1.listAppConsent)
+        guard !decisions.isEmpty else {
             print("No app has been allowed or denied yet.")
             return
         }
-        for entry in entries {
-            print("\(entry.key.string ?? "")\t\(entry.value.string ?? "")")
-        }
+        for (app, decision) in decisions.sorted(by: { $0.key < $1.key }) { print("\(app)\t\(decision)") }
     }
 }
 
@@ -25,27 +23,26 @@ struct ConsentChange: ParsableArguments {
     @Argument(help: "The app id: a Flatpak id such as org.example.Notes, or snap.NAME.")
     var app: String
 
-    func apply(_ decision: String) async throws {
-        let client = try await SpeechClient.connect()
-        try await client.call(.setAppConsent, [.string(app), .string(decision)])
+    func apply(_ choice: ConsentChoice) async throws {
+        try await SpeechClient.connect().call(Speech1.setAppConsent, AppID(app), choice)
     }
 }
 
 struct Allow: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Let a sandboxed app use dictation without asking.")
     @OptionGroup var change: ConsentChange
-    func run() async throws { try await change.apply("allow") }
+    func run() async throws { try await change.apply(.allow) }
 }
 
 struct Deny: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Refuse a sandboxed app without asking.")
     @OptionGroup var change: ConsentChange
-    func run() async throws { try await change.apply("deny") }
+    func run() async throws { try await change.apply(.deny) }
 }
 
 struct Forget: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Forget the decision about a sandboxed app: it is asked again next time.")
     @OptionGroup var change: ConsentChange
-    func run() async throws { try await change.apply("ask") }
+    func run() async throws { try await change.apply(.ask) }
 }

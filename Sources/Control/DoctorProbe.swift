@@ -50,7 +50,7 @@ struct DoctorProbe {
 
     static func state(of client: SpeechClient) async throws -> DoctorFacts.ServiceState {
         // Probes the engine and the microphone now, as `sttctl authorize` does.
-        let authorization = try await client.call(.requestAuthorization).first?.string ?? ""
+        let authorization = try await client.call(Speech1.requestAuthorization)
         return DoctorFacts.ServiceState(
             version: try await client.property(.version) ?? "", backend: try await client.property(.backend) ?? "",
             authorization: authorization, microphone: try await client.property(.microphoneStatus) ?? "",
@@ -167,12 +167,13 @@ struct DoctorProbe {
 }
 
 extension SpeechClient {
+    static let processID = DBusMethodSpec<UInt32, String>(
+        "GetConnectionUnixProcessID", inputs: "bus_name", output: "unix_process_id")
+
     /// The process id of sttd, as the bus knows it.
     func ownerPID() async throws -> UInt32? {
-        let reply = try await connection.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "GetConnectionUnixProcessID", arguments: [.string(Self.name)], timeout: .seconds(5))
-        if case .uint32(let pid)? = reply.first { return pid }
-        return nil
+        try await connection.call(
+            Self.processID, destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
+            interface: "org.freedesktop.DBus", Self.name, timeout: .seconds(5))
     }
 }

@@ -2,13 +2,13 @@ import DBus
 import Foundation
 import SpeechAPI
 
-/// A client of `io.github.sttd.Speech1` for `sttctl` and other Swift programs.
+/// A client of `io.github.sttd.Speech1` for `sttctl`: the typed ``SpeechProxy``, its errors
+/// turned into the contract's exit codes.
 public struct SpeechClient: Sendable {
     public static let name = SpeechAPI.busName
-    public static let path = SpeechAPI.objectPath
-    public static let interface = SpeechAPI.interface
 
-    let connection: DBusConnection
+    let proxy: SpeechProxy
+    var connection: DBusConnection { proxy.connection }
 
     /// One `TranscriptChanged` signal.
     public struct TranscriptUpdate: Sendable, Equatable {
@@ -22,7 +22,7 @@ public struct SpeechClient: Sendable {
     /// Connects to the session bus; the service itself is started by bus activation on first call.
     public static func connect() async throws -> SpeechClient {
         do {
-            return SpeechClient(connection: try await DBusConnection.connect(to: .session))
+            return SpeechClient(proxy: SpeechProxy(connection: try await DBusConnection.connect(to: .session)))
         } catch {
             throw ControlFailure(
                 exitCode: ControlFailure.unreachable,
@@ -32,46 +32,60 @@ public struct SpeechClient: Sendable {
 
     /// Calls a method of the interface; errors become exit codes 3 or 4 with a message.
     @discardableResult
-    public func call(_ method: SpeechMethod, _ arguments: [DBusValue] = []) async throws -> [DBusValue] {
-        try await call(method.name, arguments, interface: Self.interface)
+    public func call<Output: DBusDecodable, each Input: DBusEncodable>(
+        _ spec: DBusMethodSpec<Output, repeat each Input>, _ arguments: repeat each Input
+    ) async throws -> Output {
+        do {
+            return try await proxy.call(spec, repeat each arguments)
+        } catch {
+            throw Self.failure(error)
+        }
     }
 
-    private func call(_ member: String, _ arguments: [DBusValue], interface: String) async throws -> [DBusValue] {
+    /// Calls a method that answers with no values.
+    public func call<each Input: DBusEncodable>(
+        _ spec: DBusMethodSpec<DBusNoReply, repeat each Input>, _ arguments: repeat each Input
+    ) async throws {
         do {
-            return try await connection.call(
-                destination: Self.name, path: Self.path, interface: interface, member: member, arguments: arguments,
-                timeout: .seconds(30))
+            try await proxy.call(spec, repeat each arguments)
         } catch {
             throw Self.failure(error)
         }
     }
 
     public func property<Value>(_ property: SpeechProperty<Value>) async throws -> Value? {
-        let reply = try await call(
-            "Get", [.string(Self.interface), .string(property.name)], interface: "org.freedesktop.DBus.Properties")
-        return reply.first?.variantValue.flatMap { try? Value(dbusValue: $0) }
+        do {
+            return try await proxy.property(property)
+        } catch {
+            throw Self.failure(error)
+        }
     }
 
     /// Every property, in the service's order.
     public func allProperties() async throws -> [(String, DBusValue)] {
-        let reply = try await call("GetAll", [.string(Self.interface)], interface: "org.freedesktop.DBus.Properties")
-        return reply.first?.stringVariantDictionary ?? []
+        do {
+            return try await proxy.allProperties()
+        } catch {
+            throw Self.failure(error)
+        }
     }
 
     /// `TranscriptChanged` and `TranscriptRetracted` signals as they arrive. Subscribes before
     /// returning, so no update after this call is missed.
     public func transcriptUpdates() async throws
-        -> AsyncCompactMapSequence<AsyncStream<DBusSignalMessage>, TranscriptUpdate>
+        -> AsyncCompactMapSequence<
+            AsyncCompactMapSequence<AsyncStream<DBusSignalMessage>, SpeechSignal>, TranscriptUpdate
+        >
     {
-        let signals: AsyncStream<DBusSignalMessage>
+        let signals: AsyncCompactMapSequence<AsyncStream<DBusSignalMessage>, SpeechSignal>
         do {
             // One rule for both signals (the interface's others are few and skipped here).
-            signals = try await connection.signals(sender: Self.name, path: Self.path, interface: Self.interface)
+            signals = try await proxy.signals()
         } catch {
             throw Self.failure(error)
         }
         return signals.compactMap { signal in
-            switch SpeechSignal(signal) {
+            switch signal {
             case .transcriptChanged(let transcript, let segment, let isFinal):
                 return TranscriptUpdate(transcript: transcript, segment: segment, isFinal: isFinal)
             case .transcriptRetracted(let transcript, let removed):

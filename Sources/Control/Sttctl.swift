@@ -94,15 +94,10 @@ struct SessionFlags: ParsableArguments {
         }
     }
 
-    var options: DBusValue {
-        var entries: [(String, DBusValue)] = []
-        if let backend { entries.append(("backend", .string(backend))) }
-        if let language { entries.append(("language", .string(language))) }
-        if let source { entries.append(("source", .string(source))) }
-        if noInterim { entries.append(("interim_results", .boolean(false))) }
-        if let autoStop { entries.append(("auto_stop_ms", .uint32(UInt32((autoStop * 1000).rounded())))) }
-        if let output { entries.append(("output", .string(output))) }
-        return .vardict(entries)
+    var request: StartRequest {
+        StartRequest(
+            backend: backend, language: language, source: source, interimResults: noInterim ? false : nil,
+            autoStopMilliseconds: autoStop.map { UInt32(($0 * 1000).rounded()) }, output: output)
     }
 }
 
@@ -111,7 +106,7 @@ struct Start: AsyncParsableCommand {
     @OptionGroup var flags: SessionFlags
 
     func run() async throws {
-        try await SpeechClient.connect().call(.startTranscribing, [flags.options])
+        try await SpeechClient.connect().call(Speech1.startTranscribing, flags.request)
     }
 }
 
@@ -119,8 +114,7 @@ struct Stop: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Stop dictation and print the final transcript.")
 
     func run() async throws {
-        let reply = try await SpeechClient.connect().call(.stopTranscribing)
-        print(reply.first?.string ?? "")
+        print(try await SpeechClient.connect().call(Speech1.stopTranscribing))
     }
 }
 
@@ -131,8 +125,8 @@ struct Toggle: AsyncParsableCommand {
 
     func run() async throws {
         let client = try await SpeechClient.connect()
-        let reply = try await client.call(.toggleTranscribing, [flags.options])
-        if reply.first?.boolean == false {
+        let listening = try await client.call(Speech1.toggleTranscribing, flags.request)
+        if !listening {
             print(try await client.property(.transcript) ?? "")
         }
     }
@@ -140,12 +134,12 @@ struct Toggle: AsyncParsableCommand {
 
 struct Cancel: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Stop at once, dropping text not yet final.")
-    func run() async throws { try await SpeechClient.connect().call(.cancelTranscribing) }
+    func run() async throws { try await SpeechClient.connect().call(Speech1.cancelTranscribing) }
 }
 
 struct Reset: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Clear the transcript (listening goes on).")
-    func run() async throws { try await SpeechClient.connect().call(.resetTranscript) }
+    func run() async throws { try await SpeechClient.connect().call(Speech1.resetTranscript) }
 }
 
 struct Status: AsyncParsableCommand {
@@ -217,11 +211,8 @@ struct Watch: AsyncParsableCommand {
 struct Sources: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "List PulseAudio capture sources (* marks the default).")
     func run() async throws {
-        let reply = try await SpeechClient.connect().call(.listSources)
-        guard case .array(_, let items)? = reply.first else { return }
-        for case .structure(let fields) in items where fields.count == 3 {
-            let marker = fields[2].boolean == true ? "*" : " "
-            print("\(marker) \(fields[0].string ?? "")\t\(fields[1].string ?? "")")
+        for source in try await SpeechClient.connect().call(Speech1.listSources) {
+            print("\(source.isDefault ? "*" : " ") \(source.name)\t\(source.description)")
         }
     }
 }
@@ -231,9 +222,9 @@ struct Authorize: AsyncParsableCommand {
         abstract: "Check the microphone and the recognizer's credentials now and print the authorization status.")
     func run() async throws {
         let client = try await SpeechClient.connect()
-        let reply = try await client.call(.requestAuthorization)
+        let recognizer = try await client.call(Speech1.requestAuthorization)
         let microphone = try await client.property(.microphoneStatus) ?? ""
-        print("recognizer: \(reply.first?.string ?? "")")
+        print("recognizer: \(recognizer)")
         print("microphone: \(microphone)")
     }
 }

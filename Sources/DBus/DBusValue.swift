@@ -61,6 +61,10 @@ public indirect enum DBusValue: Hashable, Sendable {
         if case .boolean(let value) = self { return value }
         return nil
     }
+    public var int32: Int32? {
+        if case .int32(let value) = self { return value }
+        return nil
+    }
     public var uint32: UInt32? {
         if case .uint32(let value) = self { return value }
         return nil

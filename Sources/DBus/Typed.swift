@@ -44,6 +44,39 @@ extension Int64: DBusRepresentable {
     public init(dbusValue: DBusValue) throws(DBusError) { self = try dbusValue.decoded(\.int64) }
 }
 
+extension Int32: DBusRepresentable {
+    public static var dbusType: DBusType { .int32 }
+    public var dbusValue: DBusValue { .int32(self) }
+    public init(dbusValue: DBusValue) throws(DBusError) { self = try dbusValue.decoded(\.int32) }
+}
+
+extension Double: DBusRepresentable {
+    public static var dbusType: DBusType { .double }
+    public var dbusValue: DBusValue { .double(self) }
+    public init(dbusValue: DBusValue) throws(DBusError) { self = try dbusValue.decoded(\.double) }
+}
+
+/// An object path (`o`).
+public struct DBusObjectPath: DBusRepresentable, Hashable {
+    public var path: String
+    public init(_ path: String) { self.path = path }
+    public static var dbusType: DBusType { .objectPath }
+    public var dbusValue: DBusValue { .objectPath(path) }
+    public init(dbusValue: DBusValue) throws(DBusError) {
+        guard case .objectPath(let path) = dbusValue else { throw .invalidArgs("expected an object path") }
+        self.path = path
+    }
+}
+
+/// A value of any type in a variant (`v`).
+public struct DBusVariant: DBusRepresentable, Equatable {
+    public var value: DBusValue
+    public init(_ value: DBusValue) { self.value = value }
+    public static var dbusType: DBusType { .variant }
+    public var dbusValue: DBusValue { .variant(value) }
+    public init(dbusValue: DBusValue) throws(DBusError) { value = try dbusValue.decoded(\.variantValue) }
+}
+
 extension Array: DBusTyped where Element: DBusTyped {
     public static var dbusType: DBusType { .array(Element.dbusType) }
 }
@@ -73,6 +106,15 @@ extension Dictionary: DBusEncodable where Key: DBusEncodable & Comparable, Value
     }
 }
 
+extension Dictionary: DBusDecodable where Key: DBusDecodable, Value: DBusDecodable {
+    /// A key given twice keeps its last value.
+    public init(dbusValue: DBusValue) throws(DBusError) {
+        guard case .dictionary(_, _, let entries) = dbusValue else { throw .invalidArgs("expected a dictionary") }
+        self = [:]
+        for entry in entries { self[try Key(dbusValue: entry.key)] = try Value(dbusValue: entry.value) }
+    }
+}
+
 extension DBusValue {
     /// The payload `read` finds, or `InvalidArgs` (the caller checked the signature, so only a
     /// wrong declaration gets here).
@@ -83,56 +125,7 @@ extension DBusValue {
 }
 
 extension DBusMethod {
-    /// A method served by a typed async function: the arguments are decoded into `Input`s (a
-    /// value that does not decode is answered with its `InvalidArgs`), `perform` runs, and its
-    /// result is encoded as the reply; a thrown ``DBusErrorRepresentable`` becomes its error
-    /// reply. `inputs` and `outputs` name the arguments; their types must be the Swift types'.
-    ///
-    /// `perform` starts on the connection's thread (see ``DBusCallTasks``), so calls reach
-    /// whatever it awaits first in the order they arrived.
-    public static func typed<each Input: DBusDecodable, Output: DBusEncodable>(
-        _ name: String, inputs: [DBusArgument], output: DBusArgument, tasks: DBusCallTasks,
-        perform: @escaping @Sendable (_ sender: String, repeat each Input) async throws -> Output
-    ) -> DBusMethod {
-        checkTypes(name, inputs: inputs, (repeat (each Input).self))
-        precondition(output.type == Output.dbusType, "\(name) declares output \(output.type), not \(Output.dbusType)")
-        return DBusMethod(name, inputs: inputs, outputs: [output]) { call, reply in
-            do throws(DBusError) {
-                let arguments = try decode(call.arguments, as: (repeat (each Input).self))
-                tasks.start(reply) { reply.send([try await perform(call.sender, repeat each arguments).dbusValue]) }
-            } catch {
-                reply.fail(error)
-            }
-        }
-    }
-
-    /// A method with no reply values served by a typed async function (see the other `typed`).
-    public static func typed<each Input: DBusDecodable>(
-        _ name: String, inputs: [DBusArgument], tasks: DBusCallTasks,
-        perform: @escaping @Sendable (_ sender: String, repeat each Input) async throws -> Void
-    ) -> DBusMethod {
-        checkTypes(name, inputs: inputs, (repeat (each Input).self))
-        return DBusMethod(name, inputs: inputs, outputs: []) { call, reply in
-            do throws(DBusError) {
-                let arguments = try decode(call.arguments, as: (repeat (each Input).self))
-                tasks.start(reply) {
-                    try await perform(call.sender, repeat each arguments)
-                    reply.send([])
-                }
-            } catch {
-                reply.fail(error)
-            }
-        }
-    }
-
-    static func checkTypes<each Input: DBusDecodable>(
-        _ name: String, inputs: [DBusArgument], _ types: (repeat (each Input).Type)
-    ) {
-        var swiftTypes: [DBusType] = []
-        for type in repeat each types { swiftTypes.append(type.dbusType) }
-        precondition(inputs.map(\.type) == swiftTypes, "\(name) declares inputs \(inputs), not \(swiftTypes)")
-    }
-
+    /// The values of arguments whose types were checked, decoded in order.
     static func decode<each Input: DBusDecodable>(
         _ values: [DBusValue], as types: (repeat (each Input).Type)
     ) throws(DBusError) -> (repeat each Input) {

@@ -14,6 +14,14 @@ public enum IBus {
     static let serviceInterface = "org.freedesktop.IBus.Service"
     static let enginePathPrefix = "/org/freedesktop/IBus/Engine/"
 
+    /// The typed methods of the objects this component serves (the engine's others take
+    /// arguments nobody reads).
+    static let createEngine = DBusMethodSpec<DBusObjectPath, String>("CreateEngine", inputs: "name", output: "path")
+    static let processKeyEvent = DBusMethodSpec<Bool, UInt32, UInt32, UInt32>(
+        "ProcessKeyEvent", inputs: "keyval", "keycode", "state", output: "handled")
+    static let focusInId = DBusMethodSpec<DBusNoReply, String, String>("FocusInId", inputs: "object_path", "client")
+    static let setPurpose = DBusMethodSpec<DBusNoReply, UInt32, Bool>("SetPurpose", inputs: "purpose", "known")
+
     /// `IBUS_RELEASE_MASK`: the key event is a release.
     static let releaseMask: UInt32 = 1 << 30
     /// A forwarded key the client hands to the widget without asking the engine again.

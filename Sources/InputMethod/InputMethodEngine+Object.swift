@@ -13,29 +13,19 @@ extension InputMethodEngine {
                 reply.send([])
             }
         }
-        let processKey = DBusMethod(
-            "ProcessKeyEvent",
-            inputs: [
-                DBusArgument("keyval", .uint32), DBusArgument("keycode", .uint32),
-                DBusArgument("state", .uint32),
-            ],
-            outputs: [DBusArgument("handled", .boolean)]
-        ) { call, reply in
+        let processKey = DBusMethod.answering(IBus.processKeyEvent) { _, keyval, _, state in
             // Every key but push-to-talk goes to the application as it is (the user's layout applies).
-            let released = (call.arguments[2].uint32 ?? 0) & IBus.releaseMask != 0
-            guard let pushToTalk, call.arguments.first?.uint32 == pushToTalk else {
+            let released = state & IBus.releaseMask != 0
+            guard let pushToTalk, keyval == pushToTalk else {
                 // The user typed: what the engine committed before is the field's own now.
                 if !released { queue.yield(.userKey(path: path)) }
-                return reply.send([.boolean(false)])
+                return false
             }
             queue.yield(.pushToTalk(pressed: !released))
-            reply.send([.boolean(true)])
+            return true
         }
-        let focusInID = DBusMethod(
-            "FocusInId", inputs: [DBusArgument("object_path", .string), DBusArgument("client", .string)]
-        ) { call, reply in
-            queue.yield(.focusIn(path: path, client: call.arguments[1].string))
-            reply.send([])
+        let focusInID = DBusMethod.answering(IBus.focusInId) { _, _, client in
+            queue.yield(.focusIn(path: path, client: client))
         }
         let destroy = DBusMethod("Destroy") { [logger] _, reply in
             reply.send([])
@@ -112,12 +102,8 @@ extension InputMethodEngine {
     /// ibus-wayland gives once the proxy lets KWin's event through: no race. Only the same user
     /// reaches ibus-daemon's bus.
     func waylandPurpose(queue: EventQueue) -> DBusObject {
-        let setPurpose = DBusMethod(
-            "SetPurpose", inputs: [DBusArgument("purpose", .uint32), DBusArgument("known", .boolean)]
-        ) { call, reply in
-            let known = call.arguments[1].boolean ?? false
-            queue.yield(.waylandPurpose(known ? call.arguments[0].uint32 ?? 0 : nil))
-            reply.send([])
+        let setPurpose = DBusMethod.answering(IBus.setPurpose) { _, purpose, known in
+            queue.yield(.waylandPurpose(known ? purpose : nil))
         }
         // A fixed, valid declaration: it cannot fail.
         return try! DBusObject(

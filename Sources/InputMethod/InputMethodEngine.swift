@@ -66,10 +66,7 @@ public final class InputMethodEngine: Sendable {
         ibus.export(waylandPurpose(queue: queue))
         // `sttd-ibus --wayland` may have a field active already: not known until it says again,
         // which it does when this engine takes its name (below).
-        let proxy = try? await ibus.call(
-            destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-            member: "NameHasOwner", arguments: [.string(IBus.waylandProxyName)])
-        if proxy?.first?.boolean == true { queue.yield(.waylandPurpose(nil)) }
+        if (try? await ibus.nameHasOwner(IBus.waylandProxyName)) == true { queue.yield(.waylandPurpose(nil)) }
         do {
             let reply = try await ibus.requestName(IBus.componentName)
             guard reply == 1 else { throw IBusError("another \(IBus.componentName) runs on this ibus-daemon") }
@@ -133,24 +130,16 @@ public final class InputMethodEngine: Sendable {
     // MARK: The engines ibus-daemon asks for
 
     private func factory(on ibus: DBusConnection, queue: EventQueue) -> DBusObject {
-        let create = DBusMethod(
-            "CreateEngine", inputs: [DBusArgument("name", .string)], outputs: [DBusArgument("path", .objectPath)]
-        ) { [self] call, reply in
-            guard call.arguments.first?.string == IBus.engineName else {
-                return reply.fail(DBusError.failed("this component has one engine, \(IBus.engineName)"))
-            }
+        let create = DBusMethod.answering(IBus.createEngine) { [self] _, name throws(DBusError) in
+            guard name == IBus.engineName else { throw .failed("this component has one engine, \(IBus.engineName)") }
             let number = engineCount.withLock { count in
                 count += 1
                 return count
             }
             let path = IBus.enginePathPrefix + "\(number)"
-            do {
-                ibus.export(try engine(at: path, on: ibus, queue: queue))
-            } catch {
-                return reply.fail(error)
-            }
+            ibus.export(try engine(at: path, on: ibus, queue: queue))
             queue.yield(.created(path: path))
-            reply.send([.objectPath(path)])
+            return DBusObjectPath(path)
         }
         // A fixed, valid declaration: it cannot fail.
         return try! DBusObject(
@@ -229,15 +218,14 @@ public final class InputMethodEngine: Sendable {
 
     /// sttd's preedit and commits, sent to this connection alone, from whoever owns sttd's name.
     private func followText(from session: DBusConnection, into queue: EventQueue) async {
-        let signals: AsyncStream<DBusSignalMessage>
+        let signals: AsyncCompactMapSequence<AsyncStream<DBusSignalMessage>, SpeechSignal>
         do {
-            signals = try await session.signals(
-                sender: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface)
+            signals = try await sttd(on: session).signals()
         } catch {
             return logger.error("cannot follow sttd's signals", metadata: ["error": "\(error.message)"])
         }
-        for await message in signals {
-            switch SpeechSignal(message) {
+        for await signal in signals {
+            switch signal {
             case .inputMethodPreedit(let text): queue.yield(.preedit(text))
             case .inputMethodCommit(let text): queue.yield(.deliver(.commit(text)))
             case .inputMethodDelete(let characters): queue.yield(.deliver(.delete(Int(characters))))
@@ -245,6 +233,11 @@ public final class InputMethodEngine: Sendable {
             default: break
             }
         }
+    }
+
+    /// sttd, called with libdbus's default timeout.
+    private func sttd(on session: DBusConnection) -> SpeechProxy {
+        SpeechProxy(connection: session, timeout: .seconds(25))
     }
 
     /// A new sttd (a restart, or started by activation) learns the state again.
@@ -271,15 +264,9 @@ public final class InputMethodEngine: Sendable {
         for await state in states {
             do {
                 if !state.active {
-                    let running = try await session.call(
-                        destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus",
-                        interface: "org.freedesktop.DBus", member: "NameHasOwner",
-                        arguments: [.string(SpeechAPI.busName)])
-                    guard running.first?.boolean == true else { continue }
+                    guard try await session.nameHasOwner(SpeechAPI.busName) else { continue }
                 }
-                _ = try await session.call(
-                    destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
-                    member: SpeechMethod.setInputMethodState.name, arguments: [state.dbusValue])
+                try await sttd(on: session).call(Speech1.setInputMethodState, state)
             } catch {
                 logger.warning(
                     "cannot tell sttd the input method's state; it hears it again when it restarts",
@@ -303,31 +290,23 @@ public final class InputMethodEngine: Sendable {
     /// Push-to-talk: a press starts a session typed through this engine, its release stops the
     /// session it started (not one somebody else started).
     private func runSessions(_ commands: AsyncStream<SessionCommand>, on session: DBusConnection) async {
+        let sttd = self.sttd(on: session)
         var started = false
         for await command in commands {
             do {
                 switch command {
                 case .start:
                     // A session already running is somebody else's: this key does not end it.
-                    let state = try await session.call(
-                        destination: SpeechAPI.busName, path: SpeechAPI.objectPath,
-                        interface: "org.freedesktop.DBus.Properties", member: "Get",
-                        arguments: [.string(SpeechAPI.interface), .string(SpeechProperty.state.name)])
-                    guard state.first?.variantValue?.string ?? "idle" == "idle" else {
+                    guard try await sttd.property(.state) ?? "idle" == "idle" else {
                         logger.notice("push-to-talk: a session is running already; the key leaves it alone")
                         continue
                     }
-                    _ = try await session.call(
-                        destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
-                        member: SpeechMethod.startTranscribing.name,
-                        arguments: [.vardict([("output", .string("type"))])])
+                    try await sttd.call(Speech1.startTranscribing, StartRequest(output: "type"))
                     started = true
                 case .stop:
                     guard started else { continue }
                     started = false
-                    _ = try await session.call(
-                        destination: SpeechAPI.busName, path: SpeechAPI.objectPath, interface: SpeechAPI.interface,
-                        member: SpeechMethod.stopTranscribing.name)
+                    try await sttd.call(Speech1.stopTranscribing)
                 }
             } catch {
                 // sttd shows why in a notification; the log says it too.

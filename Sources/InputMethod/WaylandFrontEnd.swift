@@ -159,10 +159,9 @@ final class PurposeAnnouncer: Sendable {
     private func announce(then done: @Sendable () -> Void) async {
         let current = purpose.withLock { $0 }
         do {
-            _ = try await ibus.call(
-                destination: IBus.componentName, path: IBus.waylandPath, interface: IBus.waylandInterface,
-                member: "SetPurpose", arguments: [.uint32(current ?? 0), .boolean(current != nil)],
-                timeout: .seconds(5))
+            try await ibus.call(
+                IBus.setPurpose, destination: IBus.componentName, path: IBus.waylandPath,
+                interface: IBus.waylandInterface, current ?? 0, current != nil, timeout: .seconds(5))
         } catch {
             // No engine yet: it asks for the purpose again when it starts.
             logger.debug("the engine did not take the field's purpose", metadata: ["error": "\(error)"])

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import SpeechAPI
 import Synchronization
 
 /// Who a D-Bus caller is, worked out the way xdg-desktop-portal does it: from the process the
@@ -89,18 +90,8 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
         return name
     }
 
-    /// Whether `id` is a well-formed app id (reverse-DNS, as D-Bus names: at least two elements
-    /// of letters, digits, `_` and `-`, none starting with a digit, at most 255 characters).
-    public static func isValidAppID(_ id: String) -> Bool {
-        guard !id.isEmpty, id.utf8.count <= 255 else { return false }
-        let elements = id.split(separator: ".", omittingEmptySubsequences: false)
-        guard elements.count >= 2 else { return false }
-        let allowed = Set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-")
-        return elements.allSatisfy { element in
-            guard let first = element.first, !first.isNumber else { return false }
-            return element.allSatisfy(allowed.contains)
-        }
-    }
+    /// Whether `id` is a well-formed app id (see ``AppID/isWellFormed(_:)``).
+    public static func isValidAppID(_ id: String) -> Bool { AppID.isWellFormed(id) }
 
     /// Whether `id` names an app decisions can be kept for: a Flatpak app id or `snap.NAME`.
     public static func isValidDecisionID(_ id: String) -> Bool {

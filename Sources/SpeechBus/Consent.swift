@@ -35,16 +35,16 @@ public final class Consent: Sendable {
     public static let queueLimit = 256
     /// Methods that may ask the user.
     static let asking: Set<String> = [
-        SpeechMethod.startTranscribing.name, SpeechMethod.toggleTranscribing.name,
-        SpeechMethod.requestAuthorization.name,
+        Speech1.startTranscribing.name, Speech1.toggleTranscribing.name,
+        Speech1.requestAuthorization.name,
     ]
     /// Methods for host callers only, with what a sandboxed caller is told.
     static let hostOnly: [String: String] = [
-        SpeechMethod.listAppConsent.name: appDecisionsAreHostOnly,
-        SpeechMethod.setAppConsent.name: appDecisionsAreHostOnly,
-        SpeechMethod.setInputMethodState.name:
+        Speech1.listAppConsent.name: appDecisionsAreHostOnly,
+        Speech1.setAppConsent.name: appDecisionsAreHostOnly,
+        Speech1.setInputMethodState.name:
             "Only the desktop's input method (sttd-ibus, outside any sandbox) may receive dictated text for the focused field.",
-        SpeechMethod.getHistory.name:
+        Speech1.getHistory.name:
             "History holds what was dictated in every app, so only programs outside a sandbox can read it (`sttctl history` in a terminal); an app gets its own text from StopTranscribing and TranscriptChanged.",
     ]
     static let appDecisionsAreHostOnly =
@@ -237,7 +237,7 @@ public final class Consent: Sendable {
         guard identity.isSandboxed else { return nil }
         let method = access.kind == .method ? access.member : nil
         // RequestAuthorization answers with the app's status instead of failing.
-        let reportsStatus = method == SpeechMethod.requestAuthorization.name
+        let reportsStatus = method == Speech1.requestAuthorization.name
         if let method, let why = Self.hostOnly[method] { return Self.notAuthorized(why) }
         if access.kind == .setProperty { return Self.settingsAreHostOnly(access.member) }
         guard let app = identity.appID else {

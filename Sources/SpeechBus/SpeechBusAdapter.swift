@@ -16,7 +16,7 @@ extension SpeechError: DBusErrorRepresentable {
 /// The bus adapter: the only code that maps the speech core onto `io.github.sttd.Speech1`.
 ///
 /// Method calls arrive on the bus connection's thread; each is decoded into a typed call of
-/// ``SpeechMethods``, which reaches the core in the order calls arrived and replies when the
+/// ``SpeechCalls``, which reaches the core in the order calls arrived and replies when the
 /// core answers. The core's events become property changes and signals, queued for the bus
 /// thread. So a recognizer result crosses two thread boundaries on its way to
 /// `dbus_connection_send`: recognizer thread -> core loop -> bus thread.
@@ -48,8 +48,7 @@ public final class SpeechBusAdapter: Sendable {
         object = try DBusObject(
             path: SpeechAPI.objectPath,
             interfaces: [
-                SpeechAPI.declaration(
-                    method: { calls.bridge($0, tasks: tasks) }, setting: { Self.setting($0, of: core) })
+                Speech1.declaration(serving: calls.methods(tasks: tasks), setting: { Self.setting($0, of: core) })
             ])
         if let consent {
             object.install(gate: consent.gate)

@@ -7,10 +7,39 @@ import SpeechAPI
 
 /// The interface's methods, served by the core. Each call starts on the bus thread, in arrival
 /// order, and reaches the core with its first `await`; the core decides who may act on the
-/// session (see ``Caller``).
-struct SpeechCalls: SpeechMethods {
+/// session (see ``Caller``). `sender` is the calling connection's unique bus name.
+struct SpeechCalls: Sendable {
     let core: SpeechCore
     let consent: Consent?
+
+    /// Every method of ``Speech1``, served by the functions below.
+    func methods(tasks: DBusCallTasks) -> [DBusMethod] {
+        [
+            .serving(Speech1.startTranscribing, tasks: tasks) {
+                try await startTranscribing(StartOptions($1), sender: $0)
+            },
+            .serving(Speech1.stopTranscribing, tasks: tasks) { try await stopTranscribing(sender: $0) },
+            .serving(Speech1.cancelTranscribing, tasks: tasks) { try await cancelTranscribing(sender: $0) },
+            .serving(Speech1.toggleTranscribing, tasks: tasks) {
+                try await toggleTranscribing(StartOptions($1), sender: $0)
+            },
+            .serving(Speech1.resetTranscript, tasks: tasks) { try await resetTranscript(sender: $0) },
+            .serving(Speech1.requestAuthorization, tasks: tasks) {
+                try await requestAuthorization(sender: $0).rawValue
+            },
+            .serving(Speech1.listSources, tasks: tasks) { _ in
+                try await listSources().map {
+                    SourceInfo(name: $0.name, description: $0.description, isDefault: $0.isDefault)
+                }
+            },
+            .serving(Speech1.getHistory, tasks: tasks) {
+                try await getHistory(limit: $1).map { HistoryItem(id: $0.id, started: $0.started, text: $0.text) }
+            },
+            .serving(Speech1.listAppConsent, tasks: tasks) { _ in try await listAppConsent().mapValues(\.rawValue) },
+            .serving(Speech1.setAppConsent, tasks: tasks) { try await setAppConsent($1, $2) },
+            .serving(Speech1.setInputMethodState, tasks: tasks) { try await setInputMethodState($1, sender: $0) },
+        ]
+    }
 
     func startTranscribing(_ options: StartOptions, sender: String) async throws(SpeechError) {
         try await core.start(try startOptions(options, sender))
@@ -60,7 +89,7 @@ struct SpeechCalls: SpeechMethods {
     func setAppConsent(_ app: AppID, _ choice: ConsentChoice) async throws(SpeechError) {
         guard let consent else { throw .internal("per-app consent is not running in this sttd") }
         do {
-            try await consent.store.set(choice.decision, for: app.id)
+            try await consent.store.set(ConsentDecision(rawValue: choice.rawValue), for: app.id)
         } catch {
             throw .internal("cannot store the decision: \(error.message)")
         }

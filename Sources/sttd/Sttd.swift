@@ -45,7 +45,7 @@ struct Sttd: ParsableCommand {
 
     func run() throws {
         if printIntrospection {
-            print(SpeechAPI.document, terminator: "")
+            print(Speech1.document, terminator: "")
             return
         }
         if let configReference {

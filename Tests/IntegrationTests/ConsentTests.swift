@@ -92,9 +92,9 @@ struct ConsentTests {
         #expect(Self.prompts(server).count == server2Prompts, "an allowed app is not asked")
 
         // A host session is named `host`, and the host is never asked.
-        try await fixture.call("StartTranscribing", [.vardict([])])
+        try await fixture.speech.call(Speech1.startTranscribing, StartRequest())
         #expect(try await fixture.property("ActiveClient") == .string("host"))
-        try await fixture.call("StopTranscribing")
+        try await fixture.speech.call(Speech1.stopTranscribing)
         #expect(try fixture.sttctl(["status"]).status == 0)
         let busctl = try requireTool("busctl", package: "systemd")
         let hostCall = try await run(
@@ -186,7 +186,7 @@ struct ConsentTests {
         #expect(try await fixture.property("Transcript")?.string == left, "another app cleared it")
         // The host keeps full control.
         try await fixture.set("Backend", .string("local"))
-        try await fixture.call("ResetTranscript")
+        try await fixture.speech.call(Speech1.resetTranscript)
         #expect(try await fixture.property("Transcript") == .string(""))
     }
 

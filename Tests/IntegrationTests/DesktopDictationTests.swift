@@ -19,15 +19,13 @@ extension Integration {
             return try await SttdFixture(config: config, environment: environment)
         }
 
-        static func option(_ entries: (String, DBusValue)...) -> [DBusValue] { [.vardict(entries)] }
-
         @Test(arguments: DesktopKind.allCases)
         func everyFinalIsTypedAndTheWindowHoldsTheStopReply(_ kind: DesktopKind) async throws {
             let window = try await ReceivingWindow.open(kind)
             defer { window.close() }
             let sttd = try await Self.sttd(on: window)
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             let recordings = try LibriVox.recordings()
             try await sttd.pulse.play(recordings[0].path)
             // Finals are typed as they arrive, while listening goes on.
@@ -36,7 +34,7 @@ extension Integration {
             }
             try await waitFor("the final typed before Stop") { !window.text.isEmpty }
             for recording in recordings.dropFirst() { try await sttd.pulse.play(recording.path) }
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(reply.split(separator: " ").count > 40, "\(reply)")
             try await window.waitForText(reply)
             let history = try sttd.sttctl(["history", "--json"]).stdout
@@ -54,9 +52,9 @@ extension Integration {
             let sttd = try await Self.sttd(
                 on: window, config: "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n",
                 environment: ["STTD_API_KEY": script.key])
-            try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             try await sttd.pulse.play(try LibriVox.recordings()[1].path)
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(reply.hasPrefix("café Straße ✓ naïve 😀 café"), "\(reply)")
             try await window.waitForText(reply)
         }
@@ -68,9 +66,9 @@ extension Integration {
             try DesktopClipboard.set("before", on: kind)
             try DesktopClipboard.set("primary stays", on: kind, primary: true)
             let sttd = try await Self.sttd(on: window)
-            try await sttd.call("StartTranscribing", Self.option(("output", .string("clipboard"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "clipboard"))
             try await sttd.pulse.play(try LibriVox.recordings()[2].path)
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(!reply.isEmpty)
             #expect(try DesktopClipboard.clipboard(kind) == reply, "on the clipboard when Stop replies")
             #expect(try DesktopClipboard.primary(kind) == "primary stays")
@@ -84,9 +82,9 @@ extension Integration {
             defer { window.close() }
             try DesktopClipboard.set("what I had copied", on: kind)
             let sttd = try await Self.sttd(on: window, config: "output = \"clipboard\"\npaste = true\n")
-            try await sttd.call("StartTranscribing", Self.option())
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[3].path)
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(!reply.isEmpty)
             try await window.waitForText(reply)
             #expect(try DesktopClipboard.clipboard(kind) == "what I had copied")
@@ -98,8 +96,8 @@ extension Integration {
             let sttd = try await Self.sttd(on: window)
             let recorder = try await sttd.record()
             let recording = try LibriVox.recordings()[0]
-            try await sttd.call(
-                "StartTranscribing", Self.option(("output", .string("type")), ("auto_stop_ms", .uint32(1000))))
+            try await sttd.speech.call(
+                Speech1.startTranscribing, StartRequest(autoStopMilliseconds: 1000, output: "type"))
             try await sttd.pulse.play(recording.path)
             // The virtual microphone is silent once the file ends.
             try await waitFor("the session to stop by itself", timeout: .seconds(30)) {
@@ -115,7 +113,7 @@ extension Integration {
         @Test func aSessionWithNoSpeechEndsByItself() async throws {
             let sttd = try await SttdFixture(config: "auto_stop_no_speech_ms = 1500\n")
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", Self.option(("auto_stop_ms", .uint32(800))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(autoStopMilliseconds: 800))
             try await waitFor("the session to end by itself", timeout: .seconds(20)) {
                 (try? await sttd.property("State")) == .string("idle")
             }
@@ -129,7 +127,7 @@ extension Integration {
             defer { window.close() }
             let sttd = try await Self.sttd(on: window, environment: ["PATH": "/nonexistent"])
             let error = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             }
             #expect(error?.name == SpeechAPI.errorName("InvalidConfiguration"))
             #expect(error?.message.contains("apt install xdotool") == true, "\(error?.message ?? "")")
@@ -137,7 +135,7 @@ extension Integration {
 
             let headless = try await SttdFixture(environment: ["DISPLAY": "", "WAYLAND_DISPLAY": ""])
             let noDisplay = await #expect(throws: DBusError.self) {
-                try await headless.call("StartTranscribing", Self.option(("output", .string("clipboard"))))
+                try await headless.speech.call(Speech1.startTranscribing, StartRequest(output: "clipboard"))
             }
             #expect(noDisplay?.name == SpeechAPI.errorName("InvalidConfiguration"))
             #expect(noDisplay?.message.contains("import-environment") == true, "\(noDisplay?.message ?? "")")
@@ -149,13 +147,13 @@ extension Integration {
             let notifications = try await NotificationServer(busAddress: sttd.bus.address)
             defer { notifications.stop() }
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", Self.option(("output", .string("type"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             try await waitFor("LastError to show the tool's failure", timeout: .seconds(30)) {
                 (try? await sttd.property("LastError")) == .string(SpeechAPI.errorName("InvalidConfiguration"))
             }
             #expect(try await sttd.property("State") == .string("listening"), "the session goes on")
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(!reply.isEmpty)
             #expect(recorder.signals(named: "SessionFailed").isEmpty)
             #expect(try sttd.sttctl(["history", "--json"]).stdout.contains(reply))

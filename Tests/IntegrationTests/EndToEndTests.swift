@@ -27,7 +27,7 @@ extension Integration {
             for recording in recordings {
                 let kept = Set(try FileManager.default.contentsOfDirectory(atPath: audio))
                 let recorder = try await sttd.record()
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
                 // The null sink's monitor misses the first ~100 ms of a stream that starts while it
                 // runs: half a second of silence first, as before a person speaks.
                 let file = "\(sttd.home)/\(recording.id).wav"
@@ -42,7 +42,7 @@ extension Integration {
                         $0.member == "SpeechActivity" && $0.arguments.first == .boolean(false)
                     }
                 }
-                let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+                let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
 
                 let captures = try FileManager.default.contentsOfDirectory(atPath: audio).filter { !kept.contains($0) }
                 let capture = try #require(captures.count == 1 ? captures.first : nil, "one capture: \(captures)")
@@ -75,7 +75,7 @@ extension Integration {
         @Test func killingPulseAudioFailsTheSessionAndKeepsFinals() async throws {
             let sttd = try await SttdFixture(config: "microphone_reconnect_ms = 500\n")
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[1].path)
             try await recorder.wait("a final") { signals in
                 signals.contains { $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true) }
@@ -100,16 +100,16 @@ extension Integration {
 
             // Without a sound server, starting fails clearly; the service keeps answering.
             let down = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             }
             #expect(down?.name == SpeechAPI.errorName("MicrophoneUnavailable"))
             try await sttd.call("Ping", interface: "org.freedesktop.DBus.Peer")
 
             try sttd.pulse.start()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             #expect(try await sttd.property("State") == .string("listening"))
             #expect(try await sttd.property("MicrophoneStatus") == .string("authorized"))
-            _ = try await sttd.call("StopTranscribing")
+            try await sttd.speech.call(Speech1.stopTranscribing)
         }
 
         @Test func sttctlDrivesTheServiceWithContractExitCodes() async throws {
@@ -130,7 +130,7 @@ extension Integration {
             func watched() -> String { (try? String(contentsOfFile: watchOutput, encoding: .utf8)) ?? "" }
             // The watcher is subscribed once it sees a reset's update.
             try await waitFor("sttctl watch to print the reset", timeout: .seconds(10)) {
-                try await sttd.call("ResetTranscript")
+                try await sttd.speech.call(Speech1.resetTranscript)
                 return !watched().isEmpty
             }
             let recorder = try await sttd.record()

@@ -36,10 +36,10 @@ extension Integration {
                 config: Self.config(url: server.url(), extra: "[debug]\naudio_dir = \"\(audioDirectory)\"\n"),
                 environment: ["STTD_API_KEY": script.key])
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             #expect(try await sttd.property("ActiveBackend") == .string("deepgram"))
             try await sttd.pulse.play(try LibriVox.recordings()[0].path)  // 7.1 s
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
 
             try #require(server.diedAt != nil, "the server was killed while dictating")
             let serverFinals = server.finalsSent.filter { !$0.isEmpty }
@@ -69,11 +69,11 @@ extension Integration {
             let sttd = try await SttdFixture(
                 config: Self.config(url: url) + "fallback_after_ms = 1000\n", environment: ["STTD_API_KEY": "k-123"])
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             #expect(try await sttd.property("ActiveBackend") == .string("local"))
             #expect(try await sttd.property("State") == .string("listening"))
             try await sttd.pulse.play(try LibriVox.recordings()[4].path)
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(!reply.isEmpty)
             #expect(try await sttd.property("ActiveBackend") == .string(""))
             try await recorder.wait("two ActiveBackend changes", timeout: .seconds(30)) { _ in
@@ -90,20 +90,20 @@ extension Integration {
             let wrong = "not-the-right-key-77"
             let sttd = try await SttdFixture(
                 config: Self.config(url: server.url()), environment: ["STTD_API_KEY": wrong])
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             #expect(try await sttd.property("ActiveBackend") == .string("local"))
             #expect(try await sttd.property("AuthorizationStatus") == .string("denied"))
             #expect(try await sttd.property("LastError") == .string(SpeechAPI.errorName("NotAuthorized")))
             try await sttd.pulse.play(try LibriVox.recordings()[4].path)
-            #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
+            #expect(try await sttd.speech.call(Speech1.stopTranscribing).isEmpty == false)
             // Kept after the offline session, until the next one opens.
             #expect(try await sttd.property("AuthorizationStatus") == .string("denied"))
             #expect(try await sttd.property("LastError") == .string(SpeechAPI.errorName("NotAuthorized")))
             #expect(server.connections.count == 1 && !server.connections.contains(where: \.upgraded))
 
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             #expect(server.connections.count == 2, "the next session tries the network again")
-            _ = try await sttd.call("StopTranscribing")
+            try await sttd.speech.call(Speech1.stopTranscribing)
             sttd.sttd.stop()
             #expect(!sttd.log.contains(wrong))
         }
@@ -116,7 +116,7 @@ extension Integration {
             let sttd = try await SttdFixture(
                 config: Self.config(url: url, fallback: "none"), environment: ["STTD_API_KEY": "k-123"])
             let error = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             }
             #expect(error?.name == SpeechAPI.errorName("BackendUnavailable"))
             #expect(try await sttd.property("State") == .string("idle"))

@@ -57,7 +57,7 @@ extension Integration {
             let sttd = try await SttdFixture(config: Self.config)
             let address = try #require(try await sttd.property("ServerAddress")?.string)
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             let playing = try sttd.pulse.startPlaying(try Self.clip(in: sttd))
             // Speech recognized: the session is decoding when the client comes.
             try await recorder.wait("recognized speech") { $0.contains { $0.member == "TranscriptChanged" } }
@@ -72,7 +72,7 @@ extension Integration {
             #expect(try await sttd.property("State") == .string("listening"))
 
             #expect(await playing.exit(timeout: .seconds(30)) == 0, "paplay played the clip")
-            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(!transcript.isEmpty)
             #expect(try await sttd.property("State") == .string("idle"))
             #expect(recorder.signals(named: "SessionFailed").isEmpty)
@@ -80,7 +80,7 @@ extension Integration {
             // Now a client holds the engine: dictation is refused with Busy, the stream goes on.
             let stream = try await Self.connect(address, logs: logs)
             let busy = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             }
             #expect(busy?.name == SpeechAPI.errorName("Busy"))
             #expect(busy?.message.contains("/v1/listen") == true, "\(busy?.message ?? "")")
@@ -90,9 +90,9 @@ extension Integration {
             #expect(await stream.end == .closed(code: 1000, reason: ""))
 
             // And dictation gets the engine back.
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try Self.clip(in: sttd, 1))
-            #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
+            #expect(try await sttd.speech.call(Speech1.stopTranscribing).isEmpty == false)
             #expect(sttd.sttd.isRunning)
         }
 
@@ -141,9 +141,9 @@ extension Integration {
             // One dictation first, so that the engine and PulseAudio hold what they keep, and
             // what a dictation itself adds is known.
             let alone = try await Self.peakDescriptors(of: pid) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
                 try await sttd.pulse.play(try Self.clip(in: sttd))
-                #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
+                #expect(try await sttd.speech.call(Speech1.stopTranscribing).isEmpty == false)
             }
             let before = openDescriptors(of: pid)
 
@@ -155,9 +155,9 @@ extension Integration {
                     batches.append(try IdleSockets(port: port, count: 25))
                     try await Task.sleep(for: .milliseconds(20))
                 }
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
                 try await sttd.pulse.play(try Self.clip(in: sttd, 1))
-                let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+                let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
                 #expect(!transcript.isEmpty, "dictation with 300 idle sockets opened")
                 try await waitFor(
                     "sttd to let go of the descriptors: it holds \(openDescriptors(of: pid) - before) more than before",

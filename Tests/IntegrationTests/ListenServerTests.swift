@@ -87,7 +87,7 @@ extension Integration {
             try writeWAV([Int16](repeating: 0, count: 8_000) + wavSamples(recordings[0].path), to: file)
 
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             let playing = try sttd.pulse.startPlaying(file)
             let summary = try await DeepgramSDKClient.streaming(
                 url: address, wav: recordings[3].path, options: ["--trail-silence", "1.5"])
@@ -95,7 +95,7 @@ extension Integration {
             try await recorder.wait("SpeechActivity false after the clip", timeout: .seconds(15)) { signals in
                 signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
             }
-            let viaDBus = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let viaDBus = try await sttd.speech.call(Speech1.stopTranscribing)
             let viaSDK = Self.finalsText(summary)
             print("at once: D-Bus \"\(viaDBus)\" | SDK \"\(viaSDK)\"")
             let dbusWER = wordErrorRate(
@@ -133,13 +133,13 @@ extension Integration {
                     model = "moonshine"
                     reconnect_attempts = 10
                     """)
-            #expect(try await client.call("RequestAuthorization") == [.string("authorized")])
+            #expect(try await client.speech.call(Speech1.requestAuthorization) == "authorized")
 
             // Dictation; stop flushes with Finalize then CloseStream.
             let recordings = try LibriVox.recordings()
-            try await client.call("StartTranscribing", [.vardict([])])
+            try await client.speech.call(Speech1.startTranscribing, StartRequest())
             try await client.pulse.play(recordings[0].path)
-            let first = try await client.call("StopTranscribing").first?.string ?? ""
+            let first = try await client.speech.call(Speech1.stopTranscribing)
             let firstWER = wordErrorRate(
                 reference: recordings[0].reference, hypothesis: MoonshineDictationTests.words(first))
             print("through a second sttd: \"\(first)\" (WER \(firstWER)%)")
@@ -152,7 +152,7 @@ extension Integration {
             // replays what was not answered. (A graceful restart would flush the cut utterance
             // as a final first; a crash leaves all of it to the replay.)
             let recorder = try await client.record()
-            try await client.call("StartTranscribing", [.vardict([])])
+            try await client.speech.call(Speech1.startTranscribing, StartRequest())
             let playing = try client.pulse.startPlaying(recordings[3].path)
             try await Task.sleep(for: .milliseconds(2_500))
             try await server.restartService(signal: SIGKILL)
@@ -160,7 +160,7 @@ extension Integration {
             try await recorder.wait("SpeechActivity false after the recording", timeout: .seconds(20)) { signals in
                 signals.last { $0.member == "SpeechActivity" }?.arguments.first == .boolean(false)
             }
-            let second = try await client.call("StopTranscribing").first?.string ?? ""
+            let second = try await client.speech.call(Speech1.stopTranscribing)
             let secondWER = wordErrorRate(
                 reference: recordings[3].reference, hypothesis: MoonshineDictationTests.words(second))
             print("across a server restart: \"\(second)\" (WER \(secondWER)%)")

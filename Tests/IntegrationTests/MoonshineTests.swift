@@ -74,7 +74,7 @@ extension Integration {
                 }
             }
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             let recordings = try LibriVox.recordings()
             let player = try sttd.pulse.startPlaying(recordings[0].path)
             try await recorder.wait("speech to begin", timeout: .seconds(20)) { signals in
@@ -89,14 +89,14 @@ extension Integration {
             kill(worker, SIGSTOP)
             defer { kill(worker, SIGKILL) }
             #expect(await player.exit(timeout: .seconds(30)) == 0, "paplay played the recording")
-            let reply = try await sttd.call("StopTranscribing").first?.string
+            let reply: String? = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(reply != nil)
             #expect(try await sttd.property("State") == .string("idle"))
             try await waitFor("the stopped worker to be killed: \(workers())", timeout: .seconds(10)) {
                 !workers().contains(worker)
             }
 
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             let before = recorder.signals.count
             try await sttd.pulse.play(recordings[1].path)
             try await recorder.wait("a final from the new worker", timeout: .seconds(30)) { signals in
@@ -104,7 +104,7 @@ extension Integration {
                     $0.member == "TranscriptChanged" && $0.arguments.last == .boolean(true)
                 }
             }
-            let next = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let next = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(!next.isEmpty, "the next session works: \(sttd.log.suffix(2000))")
             #expect(workers().count == 1 && !workers().contains(worker))
         }
@@ -113,7 +113,7 @@ extension Integration {
             let sttd = try await SttdFixture(
                 config: "[local]\nengine = \"moonshine\"\nsherpa_model_dir = \"/nonexistent/model\"\n")
             let error = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             }
             #expect(error?.name == SpeechAPI.errorName("BackendUnavailable"))
             #expect(error?.message.contains("scripts/setup") == true, "\(error?.message ?? "")")

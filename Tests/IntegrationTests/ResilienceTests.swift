@@ -12,15 +12,9 @@ func signalledFinals(_ recorder: SignalRecorder) -> [String] {
         .compactMap { $0.arguments[1].string }.filter { !$0.isEmpty }
 }
 
-/// `GetHistory` entries as (id, start µs, text).
-func history(_ sttd: SttdFixture, limit: UInt32 = 0) async throws -> [(id: String, start: Int64, text: String)] {
-    guard case .array(_, let items)? = try await sttd.call("GetHistory", [.uint32(limit)]).first else { return [] }
-    return items.compactMap { item in
-        guard case .structure(let fields) = item, fields.count == 3, let id = fields[0].string,
-            let start = fields[1].int64, let text = fields[2].string
-        else { return nil }
-        return (id, start, text)
-    }
+/// `GetHistory` entries.
+func history(_ sttd: SttdFixture, limit: UInt32 = 0) async throws -> [HistoryItem] {
+    try await sttd.speech.call(Speech1.getHistory, limit)
 }
 
 extension Integration {
@@ -35,7 +29,7 @@ extension Integration {
             try writeWAV(
                 try LibriVox.recordings().flatMap { try wavSamples($0.path) + [Int16](repeating: 0, count: 8_000) },
                 to: speech)
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             let player = try sttd.pulse.startPlaying(speech)
             defer { player.stop() }
             try await recorder.wait("a final while the recording plays") { _ in !signalledFinals(recorder).isEmpty }
@@ -58,7 +52,7 @@ extension Integration {
             let sttd = try await SttdFixture()
             let recorder = try await sttd.record()
             let recordings = try LibriVox.recordings()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(recordings[4].path)
             // A pause after speaking ends the utterance before the server goes.
             try await recorder.wait("a final", timeout: .seconds(30)) { _ in !signalledFinals(recorder).isEmpty }
@@ -79,7 +73,7 @@ extension Integration {
             let before = signalledFinals(recorder).count
 
             try await sttd.pulse.play(recordings[2].path)
-            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
             let after = signalledFinals(recorder).dropFirst(before).joined(separator: " ")
             let errorRate = wordErrorRate(reference: recordings[2].reference, hypothesis: normalizedWords(after))
             #expect(!after.isEmpty && errorRate < 70, "words after the restart: \(after) (WER \(errorRate)%)")
@@ -90,7 +84,7 @@ extension Integration {
         @Test func soundServerThatStaysAwayFailsTheSessionAfterTheWait() async throws {
             let sttd = try await SttdFixture(config: "microphone_reconnect_ms = 700\n")
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try sttd.pulse.kill()
             try await recorder.wait("SessionFailed", timeout: .seconds(10)) { signals in
                 signals.contains { $0.member == "SessionFailed" }
@@ -107,7 +101,7 @@ extension Integration {
                 "load-module", "module-null-sink", "sink_name=desk", "rate=16000", "channels=1",
             ]).trimmingCharacters(in: .whitespacesAndNewlines)
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([("source", .string("desk.monitor"))])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(source: "desk.monitor"))
             try sttd.pulse.pactl(["unload-module", module])
             try await recorder.wait("SessionFailed", timeout: .seconds(30)) { signals in
                 signals.contains { $0.member == "SessionFailed" }
@@ -123,38 +117,38 @@ extension Integration {
         @Test func defaultSourceIsFollowedBetweenSessions() async throws {
             let sttd = try await SttdFixture()
             let recording = try LibriVox.recordings()[4].path
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(recording)
-            #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
+            #expect(try await sttd.speech.call(Speech1.stopTranscribing).isEmpty == false)
 
             try sttd.pulse.pactl(["load-module", "module-null-sink", "sink_name=desk", "rate=16000", "channels=1"])
             try sttd.pulse.pactl(["set-default-source", "desk.monitor"])
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(recording)  // into "mic", no longer the default
-            #expect(try await sttd.call("StopTranscribing").first?.string == "")
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            #expect(try await sttd.speech.call(Speech1.stopTranscribing) == "")
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(recording, device: "desk")
-            #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
+            #expect(try await sttd.speech.call(Speech1.stopTranscribing).isEmpty == false)
         }
 
         @Test func historyIsKeptSearchableAndPrivate() async throws {
             let sttd = try await SttdFixture()
             let recorder = try await sttd.record()
             let started = Date().microseconds
-            try await sttd.call("StartTranscribing", [.vardict([("language", .string("en-GB"))])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(language: "en-GB"))
             try await sttd.pulse.play(try LibriVox.recordings()[4].path)
-            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
             try #require(!transcript.isEmpty)
             let activity = recorder.signals(named: "SpeechActivity").compactMap { $0.arguments.first?.boolean }
             #expect(activity.first == true && activity.last == false, "SpeechActivity: \(activity)")
             #expect(zip(activity, activity.dropFirst()).allSatisfy { $0 != $1 }, "changes only: \(activity)")
-            try await sttd.call("StartTranscribing", [.vardict([])])
-            _ = try await sttd.call("StopTranscribing")  // nothing said: not listed
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
+            try await sttd.speech.call(Speech1.stopTranscribing)  // nothing said: not listed
 
             let entries = try await history(sttd)
             #expect(entries.count == 1)
             #expect(entries.first?.text == transcript)
-            #expect((entries.first?.start ?? 0) >= started && (entries.first?.start ?? 0) <= Date().microseconds)
+            #expect((entries.first?.started ?? 0) >= started && (entries.first?.started ?? 0) <= Date().microseconds)
             #expect(try await history(sttd, limit: 1).count == 1)
 
             let attributes = try FileManager.default.attributesOfItem(atPath: sttd.historyPath)
@@ -174,9 +168,9 @@ extension Integration {
 
         @Test func historyFalseWritesNothing() async throws {
             let sttd = try await SttdFixture(config: "history = false\n")
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[4].path)
-            #expect(try await sttd.call("StopTranscribing").first?.string?.isEmpty == false)
+            #expect(try await sttd.speech.call(Speech1.stopTranscribing).isEmpty == false)
             #expect(try await history(sttd).isEmpty)
             #expect(!FileManager.default.fileExists(atPath: "\(sttd.home)/data/sttd"))
             #expect(try sttd.sttctl(["last"]).stdout.isEmpty)
@@ -204,7 +198,7 @@ extension Integration {
             try await listener.wait("READY=1") { $0.contains { $0.hasPrefix("READY=1") } }
             try await listener.wait("three WATCHDOG=1") { $0.filter { $0 == "WATCHDOG=1" }.count >= 3 }
 
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[4].path)
             sttd.sttd.signal(SIGTERM)
             #expect(await sttd.sttd.exit(timeout: .seconds(15)) == 0)
@@ -218,8 +212,8 @@ extension Integration {
         @Test func fuzzedCallsGetErrorsNeverCrashesOrGrowth() async throws {
             let sttd = try await SttdFixture()
             // Warm up what a session allocates once (PulseAudio client, decoder buffers).
-            try await sttd.call("StartTranscribing", [.vardict([])])
-            _ = try await sttd.call("StopTranscribing")
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
+            try await sttd.speech.call(Speech1.stopTranscribing)
             let before = try #require(residentBytes(of: sttd.sttd.pid))
             let seed = Int.random(in: 1...1_000_000)
             let summary = try PythonClient.run("fuzz.py", [sttd.bus.address, "10000", "\(seed)"], timeout: 600)
@@ -274,7 +268,7 @@ extension Integration {
                 states().contains(.string("stopping")) && states().last == .string("listening")
             }
             #expect(try await sttd.property("State") == .string("listening"), "\(recorder.changes(of: "State"))")
-            _ = try await sttd.call("StopTranscribing")
+            try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(try await sttd.property("State") == .string("idle"))
         }
     }

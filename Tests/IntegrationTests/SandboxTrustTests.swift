@@ -60,10 +60,9 @@ extension Integration {
             #expect(server.connections.isEmpty)
 
             // The host keeps every option.
-            try await sttd.call(
-                "StartTranscribing",
-                DesktopDictationTests.option(("source", .string("desktop.monitor")), ("output", .string("none"))))
-            try await sttd.call("CancelTranscribing")
+            try await sttd.speech.call(
+                Speech1.startTranscribing, StartRequest(source: "desktop.monitor", output: "none"))
+            try await sttd.speech.call(Speech1.cancelTranscribing)
             _ = server
         }
     }

@@ -25,9 +25,9 @@ extension Integration {
                     "STTD_API_KEY": server.script.key, "http_proxy": proxyURL, "https_proxy": proxyURL,
                     "all_proxy": proxyURL, "HTTP_PROXY": proxyURL, "ALL_PROXY": proxyURL,
                 ])
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[0].path)
-            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(!transcript.isEmpty)
             #expect(transcript == server.finalsSent.filter { !$0.isEmpty }.joined(separator: " "))
             #expect(proxy.requestedTargets == [], "the stream went through the proxy")
@@ -41,10 +41,10 @@ extension Integration {
             let key = server.script.key
             let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": key])
             let recorder = try await sttd.record()
-            #expect(try await sttd.call("RequestAuthorization") == [.string("authorized")])
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            #expect(try await sttd.speech.call(Speech1.requestAuthorization) == "authorized")
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[0].path)
-            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
             let sent = server.finalsSent.filter { !$0.isEmpty }.joined(separator: " ")
             #expect(!sent.isEmpty)
             #expect(transcript == sent)
@@ -72,18 +72,18 @@ extension Integration {
             let server = try await DeepgramTestServer(script: script)
             let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[1].path)
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(reply.hasPrefix("nulword esc[2Jclear nel line plain nulword"), "\(reply)")
             let finals = recorder.signals(named: "TranscriptChanged").filter { $0.arguments.last == .boolean(true) }
             #expect(finals.count >= 3, "finals keep coming after the first: \(finals.count)")
             let texts = recorder.signals(named: "TranscriptChanged").flatMap(\.arguments).compactMap(\.string) + [reply]
             #expect(!texts.contains { $0.unicodeScalars.contains { $0.properties.generalCategory == .control } })
             #expect(try await sttd.property("LastError") == .string(""))
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             #expect(try await sttd.property("State") == .string("listening"))
-            _ = try await sttd.call("StopTranscribing")
+            try await sttd.speech.call(Speech1.stopTranscribing)
         }
 
         @Test func refusedKeyIsDeniedAndSaysSo() async throws {
@@ -91,9 +91,9 @@ extension Integration {
             let wrong = "not-the-right-key-42"
             let sttd = try await SttdFixture(
                 config: Self.config(server, fallback: "none"), environment: ["STTD_API_KEY": wrong])
-            #expect(try await sttd.call("RequestAuthorization") == [.string("denied")])
+            #expect(try await sttd.speech.call(Speech1.requestAuthorization) == "denied")
             let error = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             }
             #expect(error?.name == SpeechAPI.errorName("NotAuthorized"))
             #expect(error?.message.contains("401") == true)
@@ -116,14 +116,14 @@ extension Integration {
                 config: Self.config(server, fallback: "none"), environment: ["STTD_API_KEY": "wrong-key"])
             let started = ContinuousClock.now
             let error = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             }
             let waited = ContinuousClock.now - started
             #expect(error?.name == SpeechAPI.errorName("NotAuthorized"))
             #expect(waited < .seconds(10), "answered after \(waited): the body is read for about 2 s at most")
             #expect(try await sttd.property("AuthorizationStatus") == .string("denied"))
             #expect(try await sttd.property("State") == .string("idle"))
-            #expect(try await sttd.call("CancelTranscribing") == [])
+            try await sttd.speech.call(Speech1.cancelTranscribing)  // a typed call checks that no values came back
         }
 
         /// Whatever the server does, StartTranscribing answers within the connect timeout.
@@ -135,7 +135,7 @@ extension Integration {
                 config: Self.config(server, fallback: "none"), environment: ["STTD_API_KEY": script.key])
             let started = ContinuousClock.now
             let error = await #expect(throws: DBusError.self) {
-                try await sttd.call("StartTranscribing", [.vardict([])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             }
             let waited = ContinuousClock.now - started
             #expect(error?.name == SpeechAPI.errorName("BackendUnavailable"))
@@ -151,9 +151,9 @@ extension Integration {
             let server = try await DeepgramTestServer(script: script)
             let sttd = try await SttdFixture(config: Self.config(server), environment: ["STTD_API_KEY": script.key])
             let recorder = try await sttd.record()
-            try await sttd.call("StartTranscribing", [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await sttd.pulse.play(try LibriVox.recordings()[3].path)
-            let transcript = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let transcript = try await sttd.speech.call(Speech1.stopTranscribing)
             let states = recorder.changes(of: "State").compactMap(\.string)
             let streamLog = sttd.log.split(separator: "\n").filter { $0.contains("stream") }.joined(separator: "\n")
             #expect(states.contains("reconnecting"), "\(states)\n\(streamLog)")

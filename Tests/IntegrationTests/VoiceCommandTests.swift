@@ -62,10 +62,10 @@ extension Integration {
             func watched() -> String { (try? String(contentsOfFile: "\(directory)/watch", encoding: .utf8)) ?? "" }
             // watch listens once a reset (an empty final) reaches it.
             try await waitFor("sttctl watch to print a reset", timeout: .seconds(20)) {
-                _ = try? await sttd.call("ResetTranscript")
+                _ = try? await sttd.speech.call(Speech1.resetTranscript)
                 return !watched().isEmpty
             }
-            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             try await Self.dictateUntilStopped(sttd)
 
             try await waitFor("\"stop listening\" to end the session", timeout: .seconds(20)) {
@@ -77,11 +77,11 @@ extension Integration {
             #expect(
                 retracted.map(\.arguments) == [[.string("Dear team\n"), .string("This goes away.")]],
                 "\(retracted)")
-            let history = try await sttd.call("GetHistory", [.uint32(1)])
-            guard case .array(_, let rows)? = history.first, case .structure(let fields)? = rows.first else {
+            let history = try await sttd.speech.call(Speech1.getHistory, 1)
+            guard let entry = history.first else {
                 throw MissingPrerequisite(description: "GetHistory gave \(history)")
             }
-            #expect(fields.last == .string(Self.transcript), "history: \(fields)")
+            #expect(entry.text == Self.transcript, "history: \(entry)")
             #expect(
                 watched().contains(#"{"transcript":"Dear team\n","retracted":"This goes away."}"#),
                 "watch: \(watched())")
@@ -94,7 +94,7 @@ extension Integration {
             let window = try await ReceivingWindow.open(kind)
             defer { window.close() }
             let sttd = try await DesktopDictationTests.sttd(on: window, config: config, environment: environment)
-            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("clipboard"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "clipboard"))
             try await Self.dictateUntilStopped(sttd)
             try await waitFor("\"stop listening\" to end the session", timeout: .seconds(20)) {
                 (try? await sttd.property("State")) == .string("idle")
@@ -118,7 +118,7 @@ extension Integration {
                     replacements = { "gonna" = "going to", "um" = "" }
                     vocabulary = ["PipeWire", "sttd"]
                     """, environment: environment)
-            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             try await Self.dictateUntilStopped(sttd)
             let expected = "we are going to win, said John. see you ASAP"
             try await window.waitForText(expected)
@@ -139,7 +139,7 @@ extension Integration {
             let sttd = try await DesktopDictationTests.sttd(
                 on: window, config: "backend = \"deepgram\"\n[deepgram]\nurl = \"\(server.url())\"\n",
                 environment: ["STTD_API_KEY": script.key])
-            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             try await Self.dictateUntilStopped(sttd)
             let expected = "Please read it before you submit."
             #expect(try await sttd.property("Transcript") == .string(expected))
@@ -153,9 +153,9 @@ extension Integration {
             defer { window.close() }
             let sttd = try await DesktopDictationTests.sttd(
                 on: window, config: config + "[text]\ncommands = false\n", environment: environment)
-            try await sttd.call("StartTranscribing", DesktopDictationTests.option(("output", .string("type"))))
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest(output: "type"))
             try await sttd.pulse.play(try LibriVox.recordings()[0].path)
-            let reply = try await sttd.call("StopTranscribing").first?.string ?? ""
+            let reply = try await sttd.speech.call(Speech1.stopTranscribing)
             #expect(reply == "Hello, new line. scratch that")
             try await window.waitForText(reply)
             _ = server

@@ -36,7 +36,7 @@ struct WatchTests {
         }
         // Listening once a reset of sttd's (an empty final) reaches it.
         try await waitFor("sttctl watch to print a reset", timeout: .seconds(20)) {
-            _ = try? await fixture.call("ResetTranscript")
+            _ = try? await fixture.speech.call(Speech1.resetTranscript)
             return !lines().isEmpty
         }
         let name = try #require(try await Self.uniqueName(of: watch.pid, on: fixture))
@@ -51,7 +51,7 @@ struct WatchTests {
             ])
         #expect(forged.status == 0, "\(forged.stderr)")
         let before = lines().count
-        try await fixture.call("ResetTranscript")
+        try await fixture.speech.call(Speech1.resetTranscript)
         try await waitFor("sttctl watch to print sttd's reset", timeout: .seconds(20)) { lines().count > before }
         #expect(!lines().joined().contains("injected"), "\(lines())")
         #expect(lines().allSatisfy { $0 == #"{"transcript":"","segment":"","is_final":true}"# }, "\(lines())")
@@ -60,7 +60,7 @@ struct WatchTests {
         try await fixture.restartService()
         let count = lines().count
         try await waitFor("sttctl watch to follow the restarted sttd", timeout: .seconds(20)) {
-            _ = try? await fixture.call("ResetTranscript")
+            _ = try? await fixture.speech.call(Speech1.resetTranscript)
             return lines().count > count
         }
         #expect(watch.isRunning)

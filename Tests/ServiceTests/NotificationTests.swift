@@ -14,10 +14,10 @@ struct NotificationTests {
         let recording = try LibriVox.recordings()[1]
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await sttd.application.run() }
-            try await sttd.call(.startTranscribing, [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             try await waitFor { server.notifications.count == 1 }
             try await sttd.pulse.play(recording.path)
-            let text = try await sttd.call(.stopTranscribing).first?.string ?? ""
+            let text = try await sttd.speech.call(Speech1.stopTranscribing)
             try await waitFor { server.notifications.count == 2 }
             let (shown, stopped) = (server.notifications[0], server.notifications[1])
             #expect(shown.summary == "Dictation on")
@@ -42,7 +42,7 @@ struct NotificationTests {
             group.addTask { try await sttd.application.run() }
             // A source that does not exist: the start fails and the hotkey user is told.
             await #expect(throws: DBusError.self) {
-                try await sttd.call(.startTranscribing, [.vardict([("source", .string("no.such.source"))])])
+                try await sttd.speech.call(Speech1.startTranscribing, StartRequest(source: "no.such.source"))
             }
             try await waitFor { server.notifications.count == 1 }
             #expect(server.notifications.first?.summary == "Dictation could not start")
@@ -50,7 +50,7 @@ struct NotificationTests {
             #expect(server.notifications.first?.urgency == 2)
 
             // The sound server goes away while listening: the session fails.
-            try await sttd.call(.startTranscribing, [.vardict([])])
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
             sttd.pulse.stop()
             try await waitFor { server.notifications.contains { $0.summary == "Dictation failed" } }
             let failed = try #require(server.notifications.last)
@@ -66,10 +66,10 @@ struct NotificationTests {
         defer { sttd.cleanUp() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             group.addTask { try await sttd.application.run() }
-            try await sttd.call(.startTranscribing, [.vardict([])])
-            _ = try await sttd.call(.stopTranscribing)
-            #expect(try await sttd.call(.startTranscribing, [.vardict([])]).isEmpty)
-            _ = try await sttd.call(.stopTranscribing)
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
+            try await sttd.speech.call(Speech1.stopTranscribing)
+            #expect(try await sttd.call(Speech1.startTranscribing.signature, [StartRequest().dbusValue]).isEmpty)
+            try await sttd.speech.call(Speech1.stopTranscribing)
             await sttd.application.shutDown()
             try await group.waitForAll()
         }

@@ -13,6 +13,8 @@ public final class SttdFixture: @unchecked Sendable {
     public let bus: PrivateBus
     public let pulse: HeadlessPulse
     public let client: DBusConnection
+    /// The typed client of the main interface, on ``client``.
+    public let speech: SpeechProxy
     public let home: String
     public private(set) var sttd: ChildProcess
     public let environment: [String: String]
@@ -52,6 +54,7 @@ public final class SttdFixture: @unchecked Sendable {
         }
         sttd = try Self.startService(environment: env, home: home, as: user)
         client = try await DBusConnection.connect(to: .address(bus.address))
+        speech = SpeechProxy(connection: client)
         try await waitForService()
     }
 
@@ -64,10 +67,7 @@ public final class SttdFixture: @unchecked Sendable {
     /// Waits until the service owns its name (up to 10 s).
     public func waitForService() async throws {
         for _ in 0..<200 {
-            let owned = try? await client.call(
-                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
-                member: "NameHasOwner", arguments: [.string(Self.name)])
-            if owned?.first?.boolean == true { return }
+            if (try? await client.nameHasOwner(Self.name)) == true { return }
             if !sttd.isRunning { throw MissingPrerequisite(description: "sttd exited early: \(log)") }
             try await Task.sleep(for: .milliseconds(50))
         }
