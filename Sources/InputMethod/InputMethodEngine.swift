@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import SpeechAPI
 import Synchronization
+import Waiting
 
 /// `sttd-ibus`: an IBus engine that passes every key through (but the push-to-talk key) and puts
 /// sttd's dictation into the focused field, with the pending words as preedit.
@@ -108,20 +109,14 @@ public final class InputMethodEngine: Sendable {
             group.addTask { [self] in await settle(rounds, on: ibus, into: queue) }
             group.addTask { [self] in await runSessions(commands, on: session) }
             group.addTask { [logger] in
-                // Either bus gone: the engine is done (ibus-daemon starts it again when needed).
-                await withTaskGroup(of: String.self) { buses in
-                    buses.addTask {
-                        await ibus.waitUntilDisconnected(); return "ibus-daemon"
-                    }
-                    buses.addTask {
-                        await session.waitUntilDisconnected(); return "the session bus"
-                    }
-                    let gone = await buses.next() ?? "a bus"
-                    logger.notice("the connection to \(gone) closed; exiting")
-                    buses.cancelAll()
-                    ibus.close()
-                    session.close()
-                }
+                // Either bus gone: the engine is done (ibus-daemon starts it again when needed). A
+                // connection's wait ends only when it closes, so the first to end closes the other.
+                let gone =
+                    await firstResult(
+                        { await ibus.waitUntilDisconnected(); session.close(); return "ibus-daemon" },
+                        { await session.waitUntilDisconnected(); ibus.close(); return "the session bus" }
+                    ) ?? "a bus"
+                logger.notice("the connection to \(gone) closed; exiting")
                 eventInput.finish()
             }
         }
