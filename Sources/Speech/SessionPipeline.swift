@@ -87,7 +87,7 @@ final class SessionPipeline: Sendable {
     }
 
     func run() async {
-        let reports = SessionReportQueue(core: core, run: self)
+        let reports = SessionReportQueue(core: core, pipeline: self)
         let recognition: any RecognitionStream
         do {
             recognition = try await recognizer.startStream(options, events: reports)
@@ -233,32 +233,32 @@ final class SessionPipeline: Sendable {
 /// session fails with a clear `SessionFailed` instead, and the finals so far are kept.
 final class SessionReportQueue: RecognitionEventSink {
     private let core: SpeechCore
-    private let run: SessionPipeline
+    private let pipeline: SessionPipeline
     private let waiting = Atomic<Int>(0)
     private let overflowed = Atomic<Bool>(false)
 
-    init(core: SpeechCore, run: SessionPipeline) {
+    init(core: SpeechCore, pipeline: SessionPipeline) {
         self.core = core
-        self.run = run
+        self.pipeline = pipeline
     }
 
     /// Streaming recognizers read their socket on the core's loop: results arrive without a hop.
     var eventLoop: (any EventLoop)? { core.loop }
 
     func deliver(_ event: RecognitionEvent) {
-        let run = run
+        let pipeline = pipeline
         // Already on the core's loop (a WebSocket read there): hand it over in place.
         if core.loop.inEventLoop, waiting.load(ordering: .relaxed) == 0 {
-            return core.assumeIsolated { $0.received(event, from: run) }
+            return core.assumeIsolated { $0.received(event, from: pipeline) }
         }
-        enqueue { core in core.received(event, from: run) }
+        enqueue { core in core.received(event, from: pipeline) }
     }
 
     /// A voice detector change: like a result, never skipped (auto-stop depends on it).
     func deliverVoice(_ change: VoiceDetector.Change) {
         let instant = NIODeadline.now()
-        let run = run
-        enqueue { core in core.voice(change, at: instant, from: run) }
+        let pipeline = pipeline
+        enqueue { core in core.voice(change, at: instant, from: pipeline) }
     }
 
     /// Hands `report` to the core within the bound; past it the session fails, once.
@@ -266,7 +266,7 @@ final class SessionReportQueue: RecognitionEventSink {
         guard waiting.wrappingAdd(1, ordering: .relaxed).newValue <= SpeechCore.reportQueueBound else {
             waiting.wrappingSubtract(1, ordering: .relaxed)
             guard !overflowed.exchange(true, ordering: .relaxed) else { return }
-            core.submit { [run] in $0.reportQueueOverflowed(run) }
+            core.submit { [pipeline] in $0.reportQueueOverflowed(pipeline) }
             return
         }
         core.submit { [self] core in
@@ -279,11 +279,11 @@ final class SessionReportQueue: RecognitionEventSink {
     /// second, it would be most of the loop's wake-ups while listening. The D-Bus queue drops
     /// readings first when it backs up.
     func deliverLevel(_ level: Double) {
-        run.levels.publish(.audioLevel(level), to: core.hub)
+        pipeline.levels.publish(.audioLevel(level), to: core.hub)
     }
 }
 
-/// Lets a run publish events from another thread only until the core closes it; closing waits
+/// Lets a pipeline publish events from another thread only until the core closes it; closing waits
 /// for a publish in progress, so nothing gets out after what the core publishes next.
 final class LevelGate: Sendable {
     private let open = Mutex(true)

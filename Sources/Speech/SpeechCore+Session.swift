@@ -10,8 +10,8 @@ import Recognition
 extension SpeechCore {
     // MARK: Reports from the running session
 
-    func opened(_ run: SessionPipeline) {
-        guard let current = session, current.run === run else { return }
+    func opened(_ pipeline: SessionPipeline) {
+        guard let current = session, current.pipeline === pipeline else { return }
         let fellBack = current.fellBack
         recognizerDown = false
         microphoneDown = false
@@ -19,9 +19,9 @@ extension SpeechCore {
         if let status = fellBack == nil ? .authorized : fellBack?.authorization { setAuthorization(status) }
         setMicrophone(.authorized)
         setLastError(fellBack.flatMap(Self.fallbackError))
-        let backend = fellBack == nil ? run.backend : .local
+        let backend = fellBack == nil ? pipeline.backend : .local
         publish(.activeBackend(backend))
-        beginHistory(run, backend: backend)
+        beginHistory(pipeline, backend: backend)
         if let after = session?.autoStopAfter {
             session?.autoStop = AutoStop(
                 silence: after, noSpeech: .milliseconds(Int64(configuration.autoStopNoSpeechMilliseconds)),
@@ -29,12 +29,13 @@ extension SpeechCore {
             armAutoStop()
         }
         logger.info(
-            "listening", metadata: ["source": "\(run.source ?? "(default)")", "backend": "\(run.backend.rawValue)"])
+            "listening",
+            metadata: ["source": "\(pipeline.source ?? "(default)")", "backend": "\(pipeline.backend.rawValue)"])
         handle(.opened)
     }
 
-    func openFailed(_ run: SessionPipeline, _ failure: SessionPipeline.OpenFailure) {
-        guard session?.run === run else { return }
+    func openFailed(_ pipeline: SessionPipeline, _ failure: SessionPipeline.OpenFailure) {
+        guard session?.pipeline === pipeline else { return }
         session = nil
         // Nothing was said: there is nothing to deliver, and the tools it started can go.
         activeOutput?.session.finish(transcript: nil) {}
@@ -43,7 +44,7 @@ extension SpeechCore {
         switch failure {
         case .recognizer(let recognitionError):
             // A refused key says "denied", a missing model or key "restricted"; a network failure says nothing.
-            if let status = recognitionError.authorization ?? (run.backend == .local ? .restricted : nil) {
+            if let status = recognitionError.authorization ?? (pipeline.backend == .local ? .restricted : nil) {
                 setAuthorization(status)
             }
             error = SpeechError(recognitionError)
@@ -54,8 +55,8 @@ extension SpeechCore {
         handle(.openFailed(error))
     }
 
-    func received(_ event: RecognitionEvent, from run: SessionPipeline) {
-        guard let session, session.run === run else { return }
+    func received(_ event: RecognitionEvent, from pipeline: SessionPipeline) {
+        guard let session, session.pipeline === pipeline else { return }
         switch event {
         case .result(let result):
             apply(result)
@@ -68,7 +69,7 @@ extension SpeechCore {
             if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
         case .fellBack(let reason):
             self.session?.fellBack = reason
-            self.session?.dictation = dictation(for: .local, language: run.options.language)
+            self.session?.dictation = dictation(for: .local, language: pipeline.options.language)
             // The streaming backend's interim will not become a final: the offline engine
             // recognizes that audio again.
             dropInterim()
@@ -94,34 +95,34 @@ extension SpeechCore {
     }
 
     /// The capture's own voice detector changed its mind.
-    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from run: SessionPipeline) {
-        guard session?.run === run else { return }
+    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from pipeline: SessionPipeline) {
+        guard session?.pipeline === pipeline else { return }
         switch change {
         case .speech: autoStopHeardSpeech()
         case .silence(let ago): autoStopHeardSilence(since: instant - TimeAmount(ago))
         }
     }
 
-    func microphoneLink(down: Bool, from run: SessionPipeline) {
-        guard session?.run === run else { return }
+    func microphoneLink(down: Bool, from pipeline: SessionPipeline) {
+        guard session?.pipeline === pipeline else { return }
         microphoneDown = down
         setMicrophone(down ? .unavailable : .authorized)
         updateReconnecting()
     }
 
     /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
-    func reportQueueOverflowed(_ run: SessionPipeline) {
-        guard session?.run === run else { return }
+    func reportQueueOverflowed(_ pipeline: SessionPipeline) {
+        guard session?.pipeline === pipeline else { return }
         logger.error(
             "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.reportQueueBound)"])
         session?.failure = SpeechError.internal(
             "sttd fell more than \(Self.reportQueueBound) results behind the recognizer (the computer is too busy); the session stopped. What was recognized before is kept."
         )
-        run.close(flush: false)
+        pipeline.close(flush: false)
     }
 
-    func ended(_ run: SessionPipeline, captureError: CaptureError?, recognitionError: RecognitionError?) {
-        guard let ending = session, ending.run === run else { return }
+    func ended(_ pipeline: SessionPipeline, captureError: CaptureError?, recognitionError: RecognitionError?) {
+        guard let ending = session, ending.pipeline === pipeline else { return }
         let outcome: Machine.Event
         if let failure = ending.failure {
             outcome = .failed(failure)

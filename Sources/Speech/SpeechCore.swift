@@ -10,7 +10,7 @@ import Synchronization
 
 /// The core's record of the running session.
 struct SessionRecord {
-    let run: SessionPipeline
+    let pipeline: SessionPipeline
     /// Cancelled: the pending interim was dropped and a recognizer error is expected, not a failure.
     var cancelled = false
     /// Why the core itself ended the session, if it did.
@@ -94,8 +94,8 @@ public actor SpeechCore {
     var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
     var nextCallID: Machine.CallID = 0
     var session: SessionRecord? {
-        // A run that is no longer the session publishes no more levels, before anything that follows.
-        didSet { if let old = oldValue?.run, old !== session?.run { old.levels.close() } }
+        // A pipeline that is no longer the session publishes no more levels, before anything that follows.
+        didSet { if let old = oldValue?.pipeline, old !== session?.pipeline { old.levels.close() } }
     }
     var sessionCounter = 0
     var stopTimer: Scheduled<Void>?
@@ -251,11 +251,11 @@ public actor SpeechCore {
         case .open(let options):
             open(options)
         case .close(let flush):
-            guard let run = session?.run else { return }
-            run.close(flush: flush)
+            guard let pipeline = session?.pipeline else { return }
+            pipeline.close(flush: flush)
             cancelAutoStop()
             if flush {
-                armStopTimeout(for: run)
+                armStopTimeout(for: pipeline)
             } else {
                 session?.cancelled = true
                 dropInterim()
@@ -291,7 +291,7 @@ public actor SpeechCore {
             language: options.language ?? settings.language,
             interimResults: options.interimResults ?? configuration.interimResults,
             keyterms: options.keyterms.isEmpty ? configuration.text.vocabulary : options.keyterms)
-        let run = SessionPipeline(
+        let pipeline = SessionPipeline(
             token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: streamOptions,
             recognizer: recognizers[backend], microphone: microphone, core: self,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger,
@@ -300,9 +300,10 @@ public actor SpeechCore {
             audioDirectory: configuration.debug.audioDirectory.isEmpty ? nil : configuration.debug.audioDirectory)
         let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
         session = SessionRecord(
-            run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
+            pipeline: pipeline,
+            autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
             dictation: dictation(for: backend, language: streamOptions.language))
-        if case .terminated = jobQueue.yield({ await run.run() }) {
+        if case .terminated = jobQueue.yield({ await pipeline.run() }) {
             session = nil
             handle(.openFailed(.internal(Self.shuttingDown)))
         }
@@ -326,17 +327,17 @@ public actor SpeechCore {
 
     /// The flush took too long: the pending interim becomes a final (it is the best text there
     /// is) and the session ends now, without waiting for the engine to end it: a wedged engine
-    /// cannot hold the reply. The run is cancelled and goes on as a child of ``run()`` until its
+    /// cannot hold the reply. The pipeline is cancelled and goes on as a child of ``run()`` until its
     /// engine lets go; nothing it reports counts any more.
     func stopTimedOut(token: Int) {
-        guard let ending = session, ending.run.token == token else { return }
+        guard let ending = session, ending.pipeline.token == token else { return }
         logger.warning(
             "stop timed out; the pending interim becomes the last final",
             metadata: [
                 "stop_timeout_ms": "\(configuration.stopTimeoutMilliseconds)",
                 "promoted": "\(!transcript.interim.isEmpty)",
             ])
-        ending.run.abandon()
+        ending.pipeline.abandon()
         conclude(ending, outcome: .closed)
     }
 
