@@ -67,9 +67,7 @@ extension SpeechCore {
 
     /// Clears the transcript (and says so with an empty final update); listening goes on.
     public func resetTranscript() {
-        transcript.reset()
-        showInterim("")
-        publish(.transcript("", update: TranscriptUpdate(segment: "", isFinal: true)))
+        perform(editor.clearTranscript())
     }
 
     /// Stops the session started from `connection`, if it runs, as a Stop would: the app left the

@@ -22,9 +22,9 @@ extension SpeechCore {
     }
 
     /// The pending interim, shown where the next final will be typed (an input method's preedit).
-    func showInterim(_ text: String) {
+    func showInterim(_ preedit: String) {
         guard let output = activeOutput, output.mode == .type else { return }
-        output.session.preedit(text.isEmpty ? "" : transcript.separator(before: text) + text)
+        output.session.preedit(preedit)
     }
 
     func press(_ key: Key) {

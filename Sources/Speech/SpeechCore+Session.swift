@@ -59,12 +59,12 @@ extension SpeechCore {
         guard let session, session.pipeline === pipeline else { return }
         switch event {
         case .result(let result):
-            apply(result)
+            perform(editor.apply(result, dictation: sessionDictation))
         case .reconnecting(let down):
             recognizerDown = down
             updateReconnecting()
         case .speechActivity(let now):
-            if !now { utteranceEnded() }
+            if !now { perform(editor.utteranceEnded(dictation: sessionDictation)) }
             setSpeaking(now)
             if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
         case .fellBack(let reason):
@@ -72,7 +72,7 @@ extension SpeechCore {
             self.session?.dictation = dictation(for: .local, language: pipeline.options.language)
             // The streaming backend's interim will not become a final: the offline engine
             // recognizes that audio again.
-            dropInterim()
+            perform(editor.dropInterim())
             logger.notice("dictation continues offline", metadata: ["reason": "\(reason.message)"])
             publish(.continuingOffline(SpeechError(reason)))
             // At the start, `opened` shows it; mid-session, now.
@@ -145,7 +145,7 @@ extension SpeechCore {
         cancelAutoStop()
         // Stop, timeout, failure: the pending interim is kept as the last final (and typed).
         // Cancel dropped it.
-        if !ending.cancelled { promoteInterim() }
+        if !ending.cancelled { perform(editor.promoteInterim(dictation: sessionDictation)) }
         session = nil
         setSpeaking(false)
         publish(.activeBackend(nil))
@@ -155,108 +155,9 @@ extension SpeechCore {
         // the last final was typed or the transcript is on the clipboard.
         guard let output = activeOutput else { return handle(outcome) }
         activeOutput = nil
-        output.session.finish(transcript: ending.cancelled ? nil : transcript.finalText) { [self] in
+        output.session.finish(transcript: ending.cancelled ? nil : editor.transcript.finalText) { [self] in
             submit { core in core.handle(outcome) }
         }
-    }
-
-    // MARK: Transcript
-
-    /// A result through the session's `[text]` rules: an interim shows its words; a final's
-    /// edits (text, keys, "scratch that", "stop listening") apply in order. `ending`: the
-    /// session is being concluded, so "stop listening" has nothing left to stop, and the
-    /// utterance ends here.
-    func apply(_ result: RecognitionResult, ending: Bool = false) {
-        let dictation = session?.dictation ?? Dictation(rules: DictationRules())
-        if let held = heldCommand, result.isFinal {
-            if !result.text.isEmpty {
-                // More words (a final: an interim's may vanish): the held command was part of a
-                // longer utterance, so it is text.
-                heldCommand = nil
-                applyFinal(held, whole: false, dictation: dictation, ending: ending)
-                utteranceOpen = true
-            } else if result.endsUtterance || ending {
-                utteranceEnded(ending: ending)
-            }
-        }
-        guard result.isFinal else {
-            rawInterim = result.text
-            let shown = dictation.preview(result.text, wholeUtterance: !utteranceOpen)
-            guard transcript.setInterim(shown) else { return }
-            showInterim(shown)
-            publish(.transcript(transcript.text, update: TranscriptUpdate(segment: shown, isFinal: false)))
-            return
-        }
-        rawInterim = ""
-        let endsUtterance = result.endsUtterance || ending
-        if !utteranceOpen, !endsUtterance, dictation.isOnlyOwnUtteranceCommands(result.text) {
-            heldCommand = result
-            return
-        }
-        applyFinal(result, whole: !utteranceOpen && endsUtterance, dictation: dictation, ending: ending)
-        utteranceOpen = !endsUtterance
-    }
-
-    /// The utterance ended (a pause, or the session's end): a command held for it is carried out.
-    func utteranceEnded(ending: Bool = false) {
-        utteranceOpen = false
-        guard let held = heldCommand else { return }
-        heldCommand = nil
-        let dictation = session?.dictation ?? Dictation(rules: DictationRules())
-        applyFinal(held, whole: true, dictation: dictation, ending: ending)
-    }
-
-    private func applyFinal(_ result: RecognitionResult, whole: Bool, dictation: Dictation, ending: Bool) {
-        let edits = dictation.edits(for: result.text, wholeUtterance: whole)
-        if !edits.contains(where: { if case .text = $0 { true } else { false } }), !transcript.interim.isEmpty {
-            // The words shown meanwhile were a command: they go, as an empty final says.
-            transcript.dropInterim()
-            showInterim("")
-            publish(.transcript(transcript.text, update: TranscriptUpdate(segment: "", isFinal: true)))
-        }
-        for edit in edits {
-            switch edit {
-            case .text(let text):
-                let typed = transcript.append(text)
-                store(text, of: result)
-                typeFinal(typed)
-                publish(.transcript(transcript.text, update: TranscriptUpdate(segment: text, isFinal: true)))
-            case .press(let key):
-                transcript.seal()
-                press(key)
-            case .scratchThat:
-                scratchThat()
-            case .stopListening where !ending:
-                logger.info("\"stop listening\" said: stopping")
-                call({ .stop($0) }, reply: { _, _ in })
-            case .stopListening:
-                break
-            }
-        }
-    }
-
-    /// Removes the last final from the transcript, history and the window.
-    func scratchThat() {
-        guard let (final, typed) = transcript.retractLast() else {
-            return logger.info("\"scratch that\" said with nothing to remove (none yet, or sent with a key)")
-        }
-        retractFromHistory()
-        retractTyped(typed)
-        publish(.retracted(transcript.text, removed: final))
-    }
-
-    /// Keeps the pending interim as a final: stored, then reported as one.
-    func promoteInterim() {
-        guard !rawInterim.isEmpty || heldCommand != nil else { return }
-        apply(RecognitionResult(text: rawInterim, isFinal: true), ending: true)
-    }
-
-    func dropInterim() {
-        rawInterim = ""
-        guard !transcript.interim.isEmpty else { return }
-        transcript.dropInterim()
-        showInterim("")
-        publish(.transcript(transcript.text, update: nil))
     }
 
     // MARK: Status

@@ -82,15 +82,8 @@ public actor SpeechCore {
     let ownGroup: MultiThreadedEventLoopGroup?
 
     var machine = Machine()
-    var transcript = Transcript()
-    /// The pending interim as the engine wrote it (the transcript holds it as shown).
-    var rawInterim = ""
-    /// A final of the current utterance came without its end: what follows is not an utterance
-    /// of its own, so it presses no keys.
-    var utteranceOpen = false
-    /// A final of only key/delete/stop commands whose utterance may go on: carried out once the
-    /// utterance ends there, text if it goes on.
-    var heldCommand: RecognitionResult?
+    /// The session's text, as results change it.
+    var editor = TranscriptEditor()
     var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
     var nextCallID: Machine.CallID = 0
     var session: SessionRecord? {
@@ -224,7 +217,7 @@ public actor SpeechCore {
     public nonisolated func update(_ change: (inout SpeechSettings) -> Void) { sharedSettings.withLock { change(&$0) } }
 
     public var state: SessionState { machine.state }
-    public var currentTranscript: String { transcript.text }
+    public var currentTranscript: String { editor.transcript.text }
 
     /// Answers once the core is free; the watchdog's proof of life.
     public func isResponsive() -> Bool { true }
@@ -258,10 +251,10 @@ public actor SpeechCore {
                 armStopTimeout(for: pipeline)
             } else {
                 session?.cancelled = true
-                dropInterim()
+                perform(editor.dropInterim())
             }
         case .reply(let id, let reply):
-            waiting.removeValue(forKey: id)?(reply, transcript.text)
+            waiting.removeValue(forKey: id)?(reply, editor.transcript.text)
         case .recordFailure(let error, let signal):
             logger.warning(
                 "session failed", metadata: ["error": "\(error.code.rawValue)", "reason": "\(error.message)"])
@@ -278,8 +271,7 @@ public actor SpeechCore {
         } catch {
             return handle(.openFailed(error))
         }
-        transcript.reset()
-        (utteranceOpen, heldCommand) = (false, nil)
+        editor.reset()
         publish(.transcript("", update: nil))
         let client = options.caller ?? Caller(name: "host")
         sessionOwner = client
@@ -335,7 +327,7 @@ public actor SpeechCore {
             "stop timed out; the pending interim becomes the last final",
             metadata: [
                 "stop_timeout_ms": "\(configuration.stopTimeoutMilliseconds)",
-                "promoted": "\(!transcript.interim.isEmpty)",
+                "promoted": "\(!editor.transcript.interim.isEmpty)",
             ])
         ending.pipeline.abandon()
         conclude(ending, outcome: .closed)
