@@ -10,9 +10,30 @@ import Recognition
 extension SpeechCore {
     // MARK: Reports from the running session
 
-    func opened(_ pipeline: SessionPipeline) {
-        guard let current = session, current.pipeline === pipeline else { return }
-        let fellBack = current.fellBack
+    /// A report from session `token`; one from a session that is no longer the core's counts for nothing.
+    func report(_ report: SessionReport, session token: Int) {
+        guard let current = session, current.pipeline.token == token else { return }
+        switch report {
+        case .opened: opened(current.pipeline)
+        case .recognition(let event): received(event, from: current.pipeline)
+        case .voice(let change, let instant): voice(change, at: instant)
+        case .microphone(let down): microphoneLink(down: down)
+        case .overflowed: reportQueueOverflowed(current.pipeline)
+        }
+    }
+
+    /// Session `token`'s pipeline returned: the session is over (unless the core ended it already).
+    func finished(_ end: SessionEnd, session token: Int) {
+        guard let ending = session, ending.pipeline.token == token else { return }
+        switch end {
+        case .openFailed(let failure): openFailed(ending.pipeline, failure)
+        case .ended(let captureError, let recognitionError):
+            ended(ending, captureError: captureError, recognitionError: recognitionError)
+        }
+    }
+
+    private func opened(_ pipeline: SessionPipeline) {
+        let fellBack = session?.fellBack
         recognizerDown = false
         microphoneDown = false
         // Started offline: a refused key still shows (denied, NotAuthorized) until the next session opens.
@@ -34,8 +55,7 @@ extension SpeechCore {
         handle(.opened)
     }
 
-    func openFailed(_ pipeline: SessionPipeline, _ failure: SessionPipeline.OpenFailure) {
-        guard session?.pipeline === pipeline else { return }
+    private func openFailed(_ pipeline: SessionPipeline, _ failure: SessionPipeline.OpenFailure) {
         session = nil
         // Nothing was said: there is nothing to deliver, and the tools it started can go.
         activeOutput?.session.finish(transcript: nil) {}
@@ -55,8 +75,7 @@ extension SpeechCore {
         handle(.openFailed(error))
     }
 
-    func received(_ event: RecognitionEvent, from pipeline: SessionPipeline) {
-        guard let session, session.pipeline === pipeline else { return }
+    private func received(_ event: RecognitionEvent, from pipeline: SessionPipeline) {
         switch event {
         case .result(let result):
             perform(editor.apply(result, dictation: sessionDictation))
@@ -68,8 +87,8 @@ extension SpeechCore {
             setSpeaking(now)
             if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
         case .fellBack(let reason):
-            self.session?.fellBack = reason
-            self.session?.dictation = dictation(for: .local, language: pipeline.options.language)
+            session?.fellBack = reason
+            session?.dictation = dictation(for: .local, language: pipeline.options.language)
             // The streaming backend's interim will not become a final: the offline engine
             // recognizes that audio again.
             perform(editor.dropInterim())
@@ -95,24 +114,21 @@ extension SpeechCore {
     }
 
     /// The capture's own voice detector changed its mind.
-    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from pipeline: SessionPipeline) {
-        guard session?.pipeline === pipeline else { return }
+    private func voice(_ change: VoiceDetector.Change, at instant: NIODeadline) {
         switch change {
         case .speech: autoStopHeardSpeech()
         case .silence(let ago): autoStopHeardSilence(since: instant - TimeAmount(ago))
         }
     }
 
-    func microphoneLink(down: Bool, from pipeline: SessionPipeline) {
-        guard session?.pipeline === pipeline else { return }
+    private func microphoneLink(down: Bool) {
         microphoneDown = down
         setMicrophone(down ? .unavailable : .authorized)
         updateReconnecting()
     }
 
     /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
-    func reportQueueOverflowed(_ pipeline: SessionPipeline) {
-        guard session?.pipeline === pipeline else { return }
+    private func reportQueueOverflowed(_ pipeline: SessionPipeline) {
         logger.error(
             "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.reportQueueBound)"])
         session?.failure = SpeechError.internal(
@@ -121,8 +137,7 @@ extension SpeechCore {
         pipeline.close(flush: false)
     }
 
-    func ended(_ pipeline: SessionPipeline, captureError: CaptureError?, recognitionError: RecognitionError?) {
-        guard let ending = session, ending.pipeline === pipeline else { return }
+    private func ended(_ ending: SessionRecord, captureError: CaptureError?, recognitionError: RecognitionError?) {
         let outcome: Machine.Event
         if let failure = ending.failure {
             outcome = .failed(failure)

@@ -285,7 +285,7 @@ public actor SpeechCore {
             keyterms: options.keyterms.isEmpty ? configuration.text.vocabulary : options.keyterms)
         let pipeline = SessionPipeline(
             token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: streamOptions,
-            recognizer: recognizers[backend], microphone: microphone, core: self,
+            recognizer: recognizers[backend], microphone: microphone, reportingTo: self,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger,
             mediaName: client.privateDestination == nil
                 ? PulseAudio.defaultMediaName : "\(PulseAudio.defaultMediaName) for \(client.name)",
@@ -295,7 +295,7 @@ public actor SpeechCore {
             pipeline: pipeline,
             autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
             dictation: dictation(for: backend, language: streamOptions.language))
-        if case .terminated = jobQueue.yield({ await pipeline.run() }) {
+        if case .terminated = jobQueue.yield({ [self] in await finished(pipeline.run(), session: pipeline.token) }) {
             session = nil
             handle(.openFailed(.internal(Self.shuttingDown)))
         }
