@@ -220,16 +220,16 @@ extension SpeechCore {
         return status
     }
 
+    /// The probe's answer, for everyone who asked; the next call probes again.
     func answerAuthorization(_ status: RecognizerAuthorization) {
-        let waiters = authorizationWaiters
-        authorizationWaiters = []
-        for waiter in waiters { waiter.resume(returning: status) }
+        authorizationProbe?.resolve(status)
+        authorizationProbe = nil
     }
 
+    /// The listing's answer, for everyone who asked; the next call lists again.
     func answerSources(_ result: Result<[AudioSource], SpeechError>) {
-        let waiters = sourceWaiters
-        sourceWaiters = []
-        for waiter in waiters { waiter.resume(returning: result) }
+        sourceListing?.resolve(result)
+        sourceListing = nil
     }
 
     static func microphoneStatus(for error: CaptureError) -> MicrophoneStatus {

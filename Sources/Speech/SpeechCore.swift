@@ -101,8 +101,9 @@ public actor SpeechCore {
     /// The running session's history row, if history is kept and the row could be written.
     var historyID: String?
     var lastPruned = ContinuousClock.now
-    var authorizationWaiters: [CheckedContinuation<RecognizerAuthorization, Never>] = []
-    var sourceWaiters: [CheckedContinuation<Result<[AudioSource], SpeechError>, Never>] = []
+    /// The authorization probe and the source listing in flight, if any: callers meanwhile share their answer.
+    var authorizationProbe: SetOnce<RecognizerAuthorization>?
+    var sourceListing: SetOnce<Result<[AudioSource], SpeechError>>?
     /// Who started the current (or last) session.
     var sessionOwner: Caller?
     nonisolated let sharedSettings: Mutex<SpeechSettings>
