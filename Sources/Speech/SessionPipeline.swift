@@ -4,10 +4,18 @@ import NIOCore
 import Recognition
 import Synchronization
 
+/// How a session ended: what ``SessionPipeline/run()`` returns.
+enum SessionEnd: Sendable {
+    /// It never listened.
+    case openFailed(SessionPipeline.OpenFailure)
+    /// It listened, then ended: why capture or the recognizer failed, if either did.
+    case ended(capture: CaptureError?, recognition: RecognitionError?)
+}
+
 /// One session from open to end, run as a child task of the core's `run()`: it opens the
 /// recognizer and the microphone, then runs the recognizer and the capture pump as child tasks of
-/// its own, and reports to the core. The microphone is closed before the core hears that the
-/// session ended, so it is never left open without a session.
+/// its own. It tells the core what happens through its report queue, and returns how it ended.
+/// The microphone is closed before it returns, so it is never left open without a session.
 final class SessionPipeline: Sendable {
     /// Why a session could not start.
     enum OpenFailure: Sendable {
@@ -24,7 +32,8 @@ final class SessionPipeline: Sendable {
     let options: StreamOptions
     private let recognizer: any Recognizer
     private let microphone: any Microphone
-    private let core: SpeechCore
+    /// Where everything the session tells the core goes, in order.
+    private let reports: SessionReportQueue
     private let reconnectLimit: Duration
     /// Where the captured audio is kept (config `[debug] audio_dir`), or nil.
     private let audioDirectory: String?
@@ -39,12 +48,12 @@ final class SessionPipeline: Sendable {
         var cancelled = false
     }
     private let links = Mutex(OpenStreams())
-    /// Open while this run is the core's session: its level readings go out only then.
-    let levels = LevelGate()
+    /// Open while this pipeline is the core's session: its level readings go out only then.
+    let levels: LevelGate
 
     init(
         token: Int, backend: Backend, source: String?, options: StreamOptions, recognizer: any Recognizer,
-        microphone: any Microphone, core: SpeechCore, reconnectLimit: Duration, logger: Logger,
+        microphone: any Microphone, reportingTo core: SpeechCore, reconnectLimit: Duration, logger: Logger,
         mediaName: String = PulseAudio.defaultMediaName, audioDirectory: String? = nil
     ) {
         self.audioDirectory = audioDirectory
@@ -55,7 +64,9 @@ final class SessionPipeline: Sendable {
         self.options = options
         self.recognizer = recognizer
         self.microphone = microphone
-        self.core = core
+        let levels = LevelGate()
+        self.levels = levels
+        reports = SessionReportQueue(core: core, session: token, levels: levels)
         self.reconnectLimit = reconnectLimit
         self.logger = logger
     }
@@ -86,13 +97,13 @@ final class SessionPipeline: Sendable {
         capture?.cancel()
     }
 
-    func run() async {
-        let reports = SessionReportQueue(core: core, run: self)
+    /// Runs the session to its end and returns how it ended.
+    func run() async -> SessionEnd {
         let recognition: any RecognitionStream
         do {
             recognition = try await recognizer.startStream(options, events: reports)
         } catch {
-            return await core.openFailed(self, .recognizer(error))
+            return .openFailed(.recognizer(error))
         }
         let recording = startRecording()
         defer { recording?.close() }
@@ -102,13 +113,13 @@ final class SessionPipeline: Sendable {
             capture = try await microphone.open(source: source, mediaName: mediaName, deliver: tap.deliver)
         } catch {
             recognition.cancel()
-            return await core.openFailed(self, .microphone(error))
+            return .openFailed(.microphone(error))
         }
         links.withLock { links in
             links.capture = capture
             links.recognition = recognition
         }
-        await core.opened(self)
+        reports.send(.opened)
 
         var captureError: CaptureError?
         var recognitionError: RecognitionError?
@@ -135,7 +146,7 @@ final class SessionPipeline: Sendable {
         }
         // Complete on disk before anyone hears that the session ended.
         recording?.close()
-        await core.ended(self, captureError: captureError, recognitionError: recognitionError)
+        return .ended(capture: captureError, recognition: recognitionError)
     }
 
     /// The file the session's audio is kept in, if `[debug] audio_dir` asks for one.
@@ -173,7 +184,7 @@ final class SessionPipeline: Sendable {
                 if !links.withLock({ $0.cancelled }) { recognition.finish() }
                 return ended
             }
-            await core.microphoneLink(down: true, from: self)
+            reports.send(.microphone(down: true))
             guard await reopen(tap: tap) else {
                 // Closed while waiting is a normal stop; otherwise the server stayed away. Decided
                 // before the finish: once it is asked for, the recognizer may end and cancel this
@@ -185,7 +196,7 @@ final class SessionPipeline: Sendable {
                     "the microphone did not come back; the session ends", metadata: ["waited": "\(reconnectLimit)"])
                 return error
             }
-            await core.microphoneLink(down: false, from: self)
+            reports.send(.microphone(down: false))
         }
     }
 
@@ -225,65 +236,7 @@ final class SessionPipeline: Sendable {
     }
 }
 
-/// Where a session's recognizer and capture threads hand their reports to the core: one enqueue
-/// onto the core's loop each, no task, in order.
-///
-/// Bounded: at most ``SpeechCore/reportQueueBound`` reports may wait. Level readings are skipped past
-/// half of that (a meter can miss a reading); when results or state changes would exceed it, the
-/// session fails with a clear `SessionFailed` instead, and the finals so far are kept.
-final class SessionReportQueue: RecognitionEventSink {
-    private let core: SpeechCore
-    private let run: SessionPipeline
-    private let waiting = Atomic<Int>(0)
-    private let overflowed = Atomic<Bool>(false)
-
-    init(core: SpeechCore, run: SessionPipeline) {
-        self.core = core
-        self.run = run
-    }
-
-    /// Streaming recognizers read their socket on the core's loop: results arrive without a hop.
-    var eventLoop: (any EventLoop)? { core.loop }
-
-    func deliver(_ event: RecognitionEvent) {
-        let run = run
-        // Already on the core's loop (a WebSocket read there): hand it over in place.
-        if core.loop.inEventLoop, waiting.load(ordering: .relaxed) == 0 {
-            return core.assumeIsolated { $0.received(event, from: run) }
-        }
-        enqueue { core in core.received(event, from: run) }
-    }
-
-    /// A voice detector change: like a result, never skipped (auto-stop depends on it).
-    func deliverVoice(_ change: VoiceDetector.Change) {
-        let instant = NIODeadline.now()
-        let run = run
-        enqueue { core in core.voice(change, at: instant, from: run) }
-    }
-
-    /// Hands `report` to the core within the bound; past it the session fails, once.
-    private func enqueue(_ report: @escaping @Sendable (isolated SpeechCore) -> Void) {
-        guard waiting.wrappingAdd(1, ordering: .relaxed).newValue <= SpeechCore.reportQueueBound else {
-            waiting.wrappingSubtract(1, ordering: .relaxed)
-            guard !overflowed.exchange(true, ordering: .relaxed) else { return }
-            core.submit { [run] in $0.reportQueueOverflowed(run) }
-            return
-        }
-        core.submit { [self] core in
-            waiting.wrappingSubtract(1, ordering: .relaxed)
-            report(core)
-        }
-    }
-
-    /// A level reading goes out from the capture thread, not through the core's loop: ten a
-    /// second, it would be most of the loop's wake-ups while listening. The D-Bus queue drops
-    /// readings first when it backs up.
-    func deliverLevel(_ level: Double) {
-        run.levels.publish(.audioLevel(level), to: core.hub)
-    }
-}
-
-/// Lets a run publish events from another thread only until the core closes it; closing waits
+/// Lets a pipeline publish events from another thread only until the core closes it; closing waits
 /// for a publish in progress, so nothing gets out after what the core publishes next.
 final class LevelGate: Sendable {
     private let open = Mutex(true)

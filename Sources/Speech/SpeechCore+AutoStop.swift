@@ -18,7 +18,7 @@ extension SpeechCore {
         autoStopTimer?.cancel()
         autoStopTimer = nil
         guard let session, let deadline = session.autoStop?.deadline else { return }
-        let token = session.run.token
+        let token = session.pipeline.token
         autoStopTimer = loop.scheduleTask(deadline: deadline) {
             self.assumeIsolated { $0.autoStopDue(token: token) }
         }
@@ -32,7 +32,7 @@ extension SpeechCore {
 
     /// Stops exactly as `StopTranscribing` would: flushed, every word kept, no failure.
     func autoStopDue(token: Int) {
-        guard let session, session.run.token == token, let autoStop = session.autoStop,
+        guard let session, session.pipeline.token == token, let autoStop = session.autoStop,
             machine.state == .listening || machine.state == .reconnecting
         else { return }
         logger.info(

@@ -1,6 +1,7 @@
 import Capture
 import History
 import Recognition
+import Waiting
 
 /// The core's calls. Each runs its first step on the core at once, so calls take effect in the
 /// order they reach the core; those that wait (for the finals, a probe) then suspend.
@@ -67,43 +68,40 @@ extension SpeechCore {
 
     /// Clears the transcript (and says so with an empty final update); listening goes on.
     public func resetTranscript() {
-        transcript.reset()
-        showInterim("")
-        publish(.transcript("", update: TranscriptUpdate(segment: "", isFinal: true)))
+        perform(editor.clearTranscript())
     }
 
     /// Probes the microphone and the recognizer now; returns the recognizer's status. Calls
     /// made while a probe runs share its answer.
     public func requestAuthorization() async -> RecognizerAuthorization {
-        await withCheckedContinuation { continuation in
-            authorizationWaiters.append(continuation)
-            guard authorizationWaiters.count == 1 else { return }
-            let queued = jobQueue.yield { [self] in
-                let status = await probeAuthorization()
-                await answerAuthorization(status)
-            }
-            if case .terminated = queued { answerAuthorization(authorization) }  // shutting down
+        if let probe = authorizationProbe { return await probe.value }
+        let probe = SetOnce<RecognizerAuthorization>()
+        authorizationProbe = probe
+        let queued = jobQueue.yield { [self] in
+            let status = await probeAuthorization()
+            await answerAuthorization(status)
         }
+        if case .terminated = queued { answerAuthorization(authorization) }  // shutting down
+        return await probe.value
     }
 
     /// The microphones; calls made while a listing runs share its answer.
     public func sources() async throws(SpeechError) -> [AudioSource] {
-        let result = await withCheckedContinuation { continuation in
-            sourceWaiters.append(continuation)
-            guard sourceWaiters.count == 1 else { return }
-            let queued = jobQueue.yield { [self] in
-                let result: Result<[AudioSource], SpeechError>
-                do throws(CaptureError) {
-                    result = .success(try await microphone.sources())
-                } catch {
-                    result = .failure(SpeechError(error))
-                    await setMicrophone(Self.microphoneStatus(for: error))
-                }
-                await answerSources(result)
+        if let listing = sourceListing { return try await listing.value.get() }
+        let listing = SetOnce<Result<[AudioSource], SpeechError>>()
+        sourceListing = listing
+        let queued = jobQueue.yield { [self] in
+            let result: Result<[AudioSource], SpeechError>
+            do throws(CaptureError) {
+                result = .success(try await microphone.sources())
+            } catch {
+                result = .failure(SpeechError(error))
+                await setMicrophone(Self.microphoneStatus(for: error))
             }
-            if case .terminated = queued { answerSources(.failure(.internal(Self.shuttingDown))) }
+            await answerSources(result)
         }
-        return try result.get()
+        if case .terminated = queued { answerSources(.failure(.internal(Self.shuttingDown))) }
+        return try await listing.value.get()
     }
 
     /// Sessions with text, newest first (`limit` 0: all), in one query.

@@ -4,14 +4,14 @@ import Recognition
 
 /// Finals kept in history as they arrive.
 extension SpeechCore {
-    func beginHistory(_ run: SessionPipeline, backend: Backend) {
+    func beginHistory(_ pipeline: SessionPipeline, backend: Backend) {
         historyID = nil
         guard let history else { return }
         let id = UUID().uuidString.lowercased()
         do {
             try history.beginSession(
-                id: id, started: Date(), backend: backend.rawValue, language: run.options.language,
-                source: run.source ?? "")
+                id: id, started: Date(), backend: backend.rawValue, language: pipeline.options.language,
+                source: pipeline.source ?? "")
             historyID = id
         } catch {
             logger.error("history: session not recorded", metadata: ["reason": "\(error.description)"])

@@ -61,11 +61,11 @@ extension SpeechCore {
         }
     }
 
-    /// The pending interim, shown where the next final will be typed (an input method's preedit;
-    /// tools cannot).
-    func showInterim(_ text: String) {
+    /// The pending interim with its separator, shown where the next final will be typed (an input
+    /// method's preedit; tools cannot).
+    func showInterim(_ preedit: String) {
         guard let output = activeOutput, output.mode == .type, case .inputMethod = output.route else { return }
-        toInputMethod(.preedit(text.isEmpty ? "" : transcript.separator(before: text) + text))
+        toInputMethod(.preedit(preedit))
     }
 
     func press(_ key: Key) {

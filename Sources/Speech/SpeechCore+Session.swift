@@ -10,18 +10,39 @@ import Recognition
 extension SpeechCore {
     // MARK: Reports from the running session
 
-    func opened(_ run: SessionPipeline) {
-        guard let current = session, current.run === run else { return }
-        let fellBack = current.fellBack
+    /// A report from session `token`; one from a session that is no longer the core's counts for nothing.
+    func report(_ report: SessionReport, session token: Int) {
+        guard let current = session, current.pipeline.token == token else { return }
+        switch report {
+        case .opened: opened(current.pipeline)
+        case .recognition(let event): received(event, from: current.pipeline)
+        case .voice(let change, let instant): voice(change, at: instant)
+        case .microphone(let down): microphoneLink(down: down)
+        case .overflowed: reportQueueOverflowed(current.pipeline)
+        }
+    }
+
+    /// Session `token`'s pipeline returned: the session is over (unless the core ended it already).
+    func finished(_ end: SessionEnd, session token: Int) {
+        guard let ending = session, ending.pipeline.token == token else { return }
+        switch end {
+        case .openFailed(let failure): openFailed(ending.pipeline, failure)
+        case .ended(let captureError, let recognitionError):
+            ended(ending, captureError: captureError, recognitionError: recognitionError)
+        }
+    }
+
+    private func opened(_ pipeline: SessionPipeline) {
+        let fellBack = session?.fellBack
         recognizerDown = false
         microphoneDown = false
         // Started offline: a refused key still shows (denied, NotAuthorized) until the next session opens.
         if let status = fellBack == nil ? .authorized : fellBack?.authorization { setAuthorization(status) }
         setMicrophone(.authorized)
         setLastError(fellBack.flatMap(Self.fallbackError))
-        let backend = fellBack == nil ? run.backend : .local
+        let backend = fellBack == nil ? pipeline.backend : .local
         publish(.activeBackend(backend))
-        beginHistory(run, backend: backend)
+        beginHistory(pipeline, backend: backend)
         if let after = session?.autoStopAfter {
             session?.autoStop = AutoStop(
                 silence: after, noSpeech: .milliseconds(Int64(configuration.autoStopNoSpeechMilliseconds)),
@@ -29,12 +50,12 @@ extension SpeechCore {
             armAutoStop()
         }
         logger.info(
-            "listening", metadata: ["source": "\(run.source ?? "(default)")", "backend": "\(run.backend.rawValue)"])
+            "listening",
+            metadata: ["source": "\(pipeline.source ?? "(default)")", "backend": "\(pipeline.backend.rawValue)"])
         handle(.opened)
     }
 
-    func openFailed(_ run: SessionPipeline, _ failure: SessionPipeline.OpenFailure) {
-        guard session?.run === run else { return }
+    private func openFailed(_ pipeline: SessionPipeline, _ failure: SessionPipeline.OpenFailure) {
         session = nil
         // Nothing was said: there is nothing to deliver, and the tools it started can go.
         endOutput(transcript: nil, then: nil)
@@ -42,7 +63,7 @@ extension SpeechCore {
         switch failure {
         case .recognizer(let recognitionError):
             // A refused key says "denied", a missing model or key "restricted"; a network failure says nothing.
-            if let status = recognitionError.authorization ?? (run.backend == .local ? .restricted : nil) {
+            if let status = recognitionError.authorization ?? (pipeline.backend == .local ? .restricted : nil) {
                 setAuthorization(status)
             }
             error = SpeechError(recognitionError)
@@ -53,24 +74,23 @@ extension SpeechCore {
         handle(.openFailed(error))
     }
 
-    func received(_ event: RecognitionEvent, from run: SessionPipeline) {
-        guard let session, session.run === run else { return }
+    private func received(_ event: RecognitionEvent, from pipeline: SessionPipeline) {
         switch event {
         case .result(let result):
-            apply(result)
+            perform(editor.apply(result, dictation: sessionDictation))
         case .reconnecting(let down):
             recognizerDown = down
             updateReconnecting()
         case .speechActivity(let now):
-            if !now { utteranceEnded() }
+            if !now { perform(editor.utteranceEnded(dictation: sessionDictation)) }
             setSpeaking(now)
             if now { autoStopHeardSpeech() } else { autoStopHeardSilence(since: .now()) }
         case .fellBack(let reason):
-            self.session?.fellBack = reason
-            self.session?.dictation = dictation(for: .local, language: run.options.language)
+            session?.fellBack = reason
+            session?.dictation = dictation(for: .local, language: pipeline.options.language)
             // The streaming backend's interim will not become a final: the offline engine
             // recognizes that audio again.
-            dropInterim()
+            perform(editor.dropInterim())
             logger.notice("dictation continues offline", metadata: ["reason": "\(reason.message)"])
             publish(.continuingOffline(SpeechError(reason)))
             // At the start, `opened` shows it; mid-session, now.
@@ -93,34 +113,30 @@ extension SpeechCore {
     }
 
     /// The capture's own voice detector changed its mind.
-    func voice(_ change: VoiceDetector.Change, at instant: NIODeadline, from run: SessionPipeline) {
-        guard session?.run === run else { return }
+    private func voice(_ change: VoiceDetector.Change, at instant: NIODeadline) {
         switch change {
         case .speech: autoStopHeardSpeech()
         case .silence(let ago): autoStopHeardSilence(since: instant - TimeAmount(ago))
         }
     }
 
-    func microphoneLink(down: Bool, from run: SessionPipeline) {
-        guard session?.run === run else { return }
+    private func microphoneLink(down: Bool) {
         microphoneDown = down
         setMicrophone(down ? .unavailable : .authorized)
         updateReconnecting()
     }
 
     /// A recognizer or capture thread got too far ahead of the core: end the session, keep the finals.
-    func reportQueueOverflowed(_ run: SessionPipeline) {
-        guard session?.run === run else { return }
+    private func reportQueueOverflowed(_ pipeline: SessionPipeline) {
         logger.error(
             "the core fell behind the recognizer; ending the session", metadata: ["bound": "\(Self.reportQueueBound)"])
         session?.failure = SpeechError.internal(
             "sttd fell more than \(Self.reportQueueBound) results behind the recognizer (the computer is too busy); the session stopped. What was recognized before is kept."
         )
-        run.close(flush: false)
+        pipeline.close(flush: false)
     }
 
-    func ended(_ run: SessionPipeline, captureError: CaptureError?, recognitionError: RecognitionError?) {
-        guard let ending = session, ending.run === run else { return }
+    private func ended(_ ending: SessionRecord, captureError: CaptureError?, recognitionError: RecognitionError?) {
         let outcome: Machine.Event
         if let failure = ending.failure {
             outcome = .failed(failure)
@@ -143,113 +159,14 @@ extension SpeechCore {
         cancelAutoStop()
         // Stop, timeout, failure: the pending interim is kept as the last final (and typed).
         // Cancel dropped it.
-        if !ending.cancelled { promoteInterim() }
+        if !ending.cancelled { perform(editor.promoteInterim(dictation: sessionDictation)) }
         session = nil
         setSpeaking(false)
         publish(.activeBackend(nil))
         endHistory()
         pruneHistoryDaily()
         // The session is over once its text is on the desktop too.
-        endOutput(transcript: ending.cancelled ? nil : transcript.finalText, then: outcome)
-    }
-
-    // MARK: Transcript
-
-    /// A result through the session's `[text]` rules: an interim shows its words; a final's
-    /// edits (text, keys, "scratch that", "stop listening") apply in order. `ending`: the
-    /// session is being concluded, so "stop listening" has nothing left to stop, and the
-    /// utterance ends here.
-    func apply(_ result: RecognitionResult, ending: Bool = false) {
-        let dictation = session?.dictation ?? Dictation(rules: DictationRules())
-        if let held = heldCommand, result.isFinal {
-            if !result.text.isEmpty {
-                // More words (a final: an interim's may vanish): the held command was part of a
-                // longer utterance, so it is text.
-                heldCommand = nil
-                applyFinal(held, whole: false, dictation: dictation, ending: ending)
-                utteranceOpen = true
-            } else if result.endsUtterance || ending {
-                utteranceEnded(ending: ending)
-            }
-        }
-        guard result.isFinal else {
-            rawInterim = result.text
-            let shown = dictation.preview(result.text, wholeUtterance: !utteranceOpen)
-            guard transcript.setInterim(shown) else { return }
-            showInterim(shown)
-            publish(.transcript(transcript.text, update: TranscriptUpdate(segment: shown, isFinal: false)))
-            return
-        }
-        rawInterim = ""
-        let endsUtterance = result.endsUtterance || ending
-        if !utteranceOpen, !endsUtterance, dictation.isOnlyOwnUtteranceCommands(result.text) {
-            heldCommand = result
-            return
-        }
-        applyFinal(result, whole: !utteranceOpen && endsUtterance, dictation: dictation, ending: ending)
-        utteranceOpen = !endsUtterance
-    }
-
-    /// The utterance ended (a pause, or the session's end): a command held for it is carried out.
-    func utteranceEnded(ending: Bool = false) {
-        utteranceOpen = false
-        guard let held = heldCommand else { return }
-        heldCommand = nil
-        let dictation = session?.dictation ?? Dictation(rules: DictationRules())
-        applyFinal(held, whole: true, dictation: dictation, ending: ending)
-    }
-
-    private func applyFinal(_ result: RecognitionResult, whole: Bool, dictation: Dictation, ending: Bool) {
-        let edits = dictation.edits(for: result.text, wholeUtterance: whole)
-        if !edits.contains(where: { if case .text = $0 { true } else { false } }), !transcript.interim.isEmpty {
-            // The words shown meanwhile were a command: they go, as an empty final says.
-            transcript.dropInterim()
-            showInterim("")
-            publish(.transcript(transcript.text, update: TranscriptUpdate(segment: "", isFinal: true)))
-        }
-        for edit in edits {
-            switch edit {
-            case .text(let text):
-                let typed = transcript.append(text)
-                store(text, of: result)
-                typeFinal(typed)
-                publish(.transcript(transcript.text, update: TranscriptUpdate(segment: text, isFinal: true)))
-            case .press(let key):
-                transcript.seal()
-                press(key)
-            case .scratchThat:
-                scratchThat()
-            case .stopListening where !ending:
-                logger.info("\"stop listening\" said: stopping")
-                call({ .stop($0) }, reply: { _, _ in })
-            case .stopListening:
-                break
-            }
-        }
-    }
-
-    /// Removes the last final from the transcript, history and the window.
-    func scratchThat() {
-        guard let (final, typed) = transcript.retractLast() else {
-            return logger.info("\"scratch that\" said with nothing to remove (none yet, or sent with a key)")
-        }
-        retractFromHistory()
-        retractTyped(typed)
-        publish(.retracted(transcript.text, removed: final))
-    }
-
-    /// Keeps the pending interim as a final: stored, then reported as one.
-    func promoteInterim() {
-        guard !rawInterim.isEmpty || heldCommand != nil else { return }
-        apply(RecognitionResult(text: rawInterim, isFinal: true), ending: true)
-    }
-
-    func dropInterim() {
-        rawInterim = ""
-        guard !transcript.interim.isEmpty else { return }
-        transcript.dropInterim()
-        showInterim("")
-        publish(.transcript(transcript.text, update: nil))
+        endOutput(transcript: ending.cancelled ? nil : editor.transcript.finalText, then: outcome)
     }
 
     // MARK: Status
@@ -297,16 +214,16 @@ extension SpeechCore {
         return status
     }
 
+    /// The probe's answer, for everyone who asked; the next call probes again.
     func answerAuthorization(_ status: RecognizerAuthorization) {
-        let waiters = authorizationWaiters
-        authorizationWaiters = []
-        for waiter in waiters { waiter.resume(returning: status) }
+        authorizationProbe?.resolve(status)
+        authorizationProbe = nil
     }
 
+    /// The listing's answer, for everyone who asked; the next call lists again.
     func answerSources(_ result: Result<[AudioSource], SpeechError>) {
-        let waiters = sourceWaiters
-        sourceWaiters = []
-        for waiter in waiters { waiter.resume(returning: result) }
+        sourceListing?.resolve(result)
+        sourceListing = nil
     }
 
     static func microphoneStatus(for error: CaptureError) -> MicrophoneStatus {

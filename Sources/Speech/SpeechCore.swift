@@ -7,10 +7,11 @@ import NIOCore
 import NIOPosix
 import Recognition
 import Synchronization
+import Waiting
 
 /// The core's record of the running session.
 struct SessionRecord {
-    let run: SessionPipeline
+    let pipeline: SessionPipeline
     /// Cancelled: the pending interim was dropped and a recognizer error is expected, not a failure.
     var cancelled = false
     /// Why the core itself ended the session, if it did.
@@ -76,20 +77,13 @@ public actor SpeechCore {
     let ownGroup: MultiThreadedEventLoopGroup?
 
     var machine = Machine()
-    var transcript = Transcript()
-    /// The pending interim as the engine wrote it (the transcript holds it as shown).
-    var rawInterim = ""
-    /// A final of the current utterance came without its end: what follows is not an utterance
-    /// of its own, so it presses no keys.
-    var utteranceOpen = false
-    /// A final of only key/delete/stop commands whose utterance may go on: carried out once the
-    /// utterance ends there, text if it goes on.
-    var heldCommand: RecognitionResult?
+    /// The session's text, as results change it.
+    var editor = TranscriptEditor()
     var waiting: [Machine.CallID: @Sendable (Machine.Reply, String) -> Void] = [:]
     var nextCallID: Machine.CallID = 0
     var session: SessionRecord? {
-        // A run that is no longer the session publishes no more levels, before anything that follows.
-        didSet { if let old = oldValue?.run, old !== session?.run { old.levels.close() } }
+        // A pipeline that is no longer the session publishes no more levels, before anything that follows.
+        didSet { if let old = oldValue?.pipeline, old !== session?.pipeline { old.levels.close() } }
     }
     var sessionCounter = 0
     var stopTimer: Scheduled<Void>?
@@ -102,8 +96,9 @@ public actor SpeechCore {
     /// The running session's history row, if history is kept and the row could be written.
     var historyID: String?
     var lastPruned = ContinuousClock.now
-    var authorizationWaiters: [CheckedContinuation<RecognizerAuthorization, Never>] = []
-    var sourceWaiters: [CheckedContinuation<Result<[AudioSource], SpeechError>, Never>] = []
+    /// The authorization probe and the source listing in flight, if any: callers meanwhile share their answer.
+    var authorizationProbe: SetOnce<RecognizerAuthorization>?
+    var sourceListing: SetOnce<Result<[AudioSource], SpeechError>>?
     /// The input methods that reported; text of `output = type` sessions goes through the current one.
     var inputMethods = InputMethods()
     nonisolated let sharedSettings: Mutex<SpeechSettings>
@@ -224,7 +219,7 @@ public actor SpeechCore {
     public nonisolated func update(_ change: (inout SpeechSettings) -> Void) { sharedSettings.withLock { change(&$0) } }
 
     public var state: SessionState { machine.state }
-    public var currentTranscript: String { transcript.text }
+    public var currentTranscript: String { editor.transcript.text }
 
     /// Answers once the core is free; the watchdog's proof of life.
     public func isResponsive() -> Bool { true }
@@ -251,17 +246,17 @@ public actor SpeechCore {
         case .open(let options):
             open(options)
         case .close(let flush):
-            guard let run = session?.run else { return }
-            run.close(flush: flush)
+            guard let pipeline = session?.pipeline else { return }
+            pipeline.close(flush: flush)
             cancelAutoStop()
             if flush {
-                armStopTimeout(for: run)
+                armStopTimeout(for: pipeline)
             } else {
                 session?.cancelled = true
-                dropInterim()
+                perform(editor.dropInterim())
             }
         case .reply(let id, let reply):
-            waiting.removeValue(forKey: id)?(reply, transcript.text)
+            waiting.removeValue(forKey: id)?(reply, editor.transcript.text)
         case .recordFailure(let error, let signal):
             logger.warning(
                 "session failed", metadata: ["error": "\(error.code.rawValue)", "reason": "\(error.message)"])
@@ -278,8 +273,7 @@ public actor SpeechCore {
         } catch {
             return handle(.openFailed(error))
         }
-        transcript.reset()
-        (utteranceOpen, heldCommand) = (false, nil)
+        editor.reset()
         publish(.transcript("", update: nil))
         let client = options.caller ?? Caller(name: "host")
         publish(.owner(client, stopsWhenGone: mustStay(client)))
@@ -290,18 +284,19 @@ public actor SpeechCore {
             language: options.language ?? settings.language,
             interimResults: options.interimResults ?? configuration.interimResults,
             keyterms: options.keyterms.isEmpty ? configuration.text.vocabulary : options.keyterms)
-        let run = SessionPipeline(
+        let pipeline = SessionPipeline(
             token: sessionCounter, backend: backend, source: source.isEmpty ? nil : source, options: streamOptions,
-            recognizer: recognizers[backend], microphone: microphone, core: self,
+            recognizer: recognizers[backend], microphone: microphone, reportingTo: self,
             reconnectLimit: .milliseconds(Int(configuration.microphoneReconnectMilliseconds)), logger: logger,
             mediaName: client.privateDestination == nil
                 ? PulseAudio.defaultMediaName : "\(PulseAudio.defaultMediaName) for \(client.name)",
             audioDirectory: configuration.debug.audioDirectory.isEmpty ? nil : configuration.debug.audioDirectory)
         let autoStopMilliseconds = options.autoStopMilliseconds ?? configuration.autoStopMilliseconds
         session = SessionRecord(
-            run: run, autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
+            pipeline: pipeline,
+            autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
             dictation: dictation(for: backend, language: streamOptions.language))
-        if case .terminated = jobQueue.yield({ await run.run() }) {
+        if case .terminated = jobQueue.yield({ [self] in await finished(pipeline.run(), session: pipeline.token) }) {
             session = nil
             handle(.openFailed(.internal(Self.shuttingDown)))
         }
@@ -325,17 +320,17 @@ public actor SpeechCore {
 
     /// The flush took too long: the pending interim becomes a final (it is the best text there
     /// is) and the session ends now, without waiting for the engine to end it: a wedged engine
-    /// cannot hold the reply. The run is cancelled and goes on as a child of ``run()`` until its
+    /// cannot hold the reply. The pipeline is cancelled and goes on as a child of ``run()`` until its
     /// engine lets go; nothing it reports counts any more.
     func stopTimedOut(token: Int) {
-        guard let ending = session, ending.run.token == token else { return }
+        guard let ending = session, ending.pipeline.token == token else { return }
         logger.warning(
             "stop timed out; the pending interim becomes the last final",
             metadata: [
                 "stop_timeout_ms": "\(configuration.stopTimeoutMilliseconds)",
-                "promoted": "\(!transcript.interim.isEmpty)",
+                "promoted": "\(!editor.transcript.interim.isEmpty)",
             ])
-        ending.run.abandon()
+        ending.pipeline.abandon()
         conclude(ending, outcome: .closed)
     }
 

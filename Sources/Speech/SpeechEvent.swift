@@ -70,7 +70,7 @@ public typealias SessionState = SessionMachine<StartOptions>.State
 
 /// Hands the core's events to its subscribers, on the core's executor, in order, and keeps the
 /// ``SessionSnapshot`` they make, which observers get with each event; the one
-/// exception is level readings, which a session's capture thread publishes while its run's
+/// exception is level readings, which a session's capture thread publishes while its pipeline's
 /// ``LevelGate`` is open (the core closes it before the session's end goes out).
 ///
 /// Observers are called inline and must not block (the bus adapter queues messages for the bus
