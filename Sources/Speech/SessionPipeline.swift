@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import Recognition
 import Synchronization
+import Waiting
 
 /// How a session ended: what ``SessionPipeline/run()`` returns.
 enum SessionEnd: Sendable {
@@ -121,32 +122,29 @@ final class SessionPipeline: Sendable {
         }
         reports.send(.opened)
 
-        var captureError: CaptureError?
-        var recognitionError: RecognitionError?
-        await withTaskGroup(of: Outcome.self) { group in
-            group.addTask { .capture(await self.pump(recognition: recognition, tap: tap)) }
-            group.addTask {
-                do throws(RecognitionError) {
-                    try await recognition.run()
-                    return .recognition(nil)
-                } catch {
-                    return .recognition(error)
+        // The recognizer's end wins the race: it stops the microphone (and any reconnection) at
+        // once. The capture's own end steps aside, and is kept whichever came first.
+        let captureEnd = SetOnce<CaptureError?>()
+        let recognitionEnd =
+            await firstResult(
+                of: Result<Void, RecognitionError>.self,
+                {
+                    captureEnd.resolve(await self.pump(recognition: recognition, tap: tap))
+                    return nil
+                },
+                {
+                    do throws(RecognitionError) {
+                        try await recognition.run()
+                        return .success(())
+                    } catch {
+                        return .failure(error)
+                    }
                 }
-            }
-            for await outcome in group {
-                switch outcome {
-                case .capture(let error):
-                    captureError = error
-                case .recognition(let error):
-                    recognitionError = error
-                    // The recognizer is done: stop the microphone (and any reconnection) now.
-                    group.cancelAll()
-                }
-            }
-        }
+            ) ?? .success(())
+        let recognitionError: RecognitionError? = if case .failure(let error) = recognitionEnd { error } else { nil }
         // Complete on disk before anyone hears that the session ended.
         recording?.close()
-        return .ended(capture: captureError, recognition: recognitionError)
+        return .ended(capture: await captureEnd.value, recognition: recognitionError)
     }
 
     /// The file the session's audio is kept in, if `[debug] audio_dir` asks for one.
@@ -160,11 +158,6 @@ final class SessionPipeline: Sendable {
             logger.warning("the session's audio is not kept", metadata: ["reason": "\(error.message)"])
             return nil
         }
-    }
-
-    private enum Outcome: Sendable {
-        case capture(CaptureError?)
-        case recognition(RecognitionError?)
     }
 
     /// Waits for capture to end, reopening it while the sound server restarts; then tells the
