@@ -284,9 +284,8 @@ struct DeepgramStreamMachine<Connection: AnyObject & Sendable>: Sendable {
     /// is over (unless the session stopped meanwhile).
     mutating func reconnected(_ connection: Connection, now: ContinuousClock.Instant) -> Step {
         backoff.reset()
-        let over: [RecognitionEvent] = isStopped ? [] : [.reconnecting(false)]
         var step = connected(connection, now: now)
-        step.effects.deliver = over + step.effects.deliver
+        if !isStopped { step.effects.deliver.append(.reconnecting(false)) }
         return step
     }
 
