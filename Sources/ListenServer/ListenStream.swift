@@ -10,7 +10,7 @@ import Synchronization
 /// One accepted stream: a recognition session fed by the client's audio frames, its events sent
 /// back as Deepgram messages.
 ///
-/// Child tasks (the writer, the reader, the idle watchdog, the session's `run()`, timers) report
+/// Child tasks (the writer, the reader, the idle watchdog, the recognition's `run()`, timers) report
 /// to one coordinator loop through `signals` (unbounded, but each kind comes at most a few
 /// times per stream); ``StreamMachine`` decides what each means and how the stream ends.
 struct ListenStream {
@@ -29,7 +29,7 @@ struct ListenStream {
 
     typealias Signal = StreamMachine.Event
 
-    /// Starts the stream's session, then upgrades the request and serves the stream; an engine
+    /// Starts the stream's recognition, then upgrades the request and serves the stream; an engine
     /// that cannot take the session (pocketsphinx serving dictation) gets the request refused
     /// with 503, so no session of another client is ever ended for this one.
     func serve(_ accepted: AcceptedRequest, upgrade: EventLoopFuture<ListenServer.Upgrade>) async {
@@ -44,9 +44,9 @@ struct ListenStream {
             translator: ResultsTranslator(request: request, requestID: requestID, model: settings.model),
             clock: clock, out: out, onOverflow: { signal.yield(.overflow) })
 
-        let session: any RecognitionStream
+        let recognition: any RecognitionStream
         do throws(RecognitionError) {
-            session = try await recognizer.startStream(request.streamOptions, events: sink)
+            recognition = try await recognizer.startStream(request.streamOptions, events: sink)
         } catch {
             if error.kind == .busy {
                 logger.notice("listen stream refused: the engine is busy", metadata: ["reason": "\(error.message)"])
@@ -59,9 +59,9 @@ struct ListenStream {
         }
         accepted.accept()
         guard case .stream(let channel) = try? await upgrade.get() else {
-            // The client left before the upgrade: its session ends unused.
-            session.cancel()
-            try? await session.run()
+            // The client left before the upgrade: its recognition ends unused.
+            recognition.cancel()
+            try? await recognition.run()
             return
         }
         logger.info(
@@ -73,19 +73,19 @@ struct ListenStream {
         do {
             try await channel.executeThenClose { inbound, outbound in
                 await serve(
-                    inbound: inbound, outbound: outbound, session: session, slot: accepted.slot, clock: clock,
+                    inbound: inbound, outbound: outbound, recognition: recognition, slot: accepted.slot, clock: clock,
                     outgoing: (outgoing, out), signals: (signals, signal), logger: logger)
             }
         } catch {
             logger.debug("listen stream socket", metadata: ["error": "\(error)"])
         }
         // Also when the socket failed before the stream's tasks ran.
-        session.cancel()
+        recognition.cancel()
     }
 
     private func serve(
         inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, outbound: NIOAsyncChannelOutboundWriter<WebSocketFrame>,
-        session: any RecognitionStream, slot: Slots.Lease, clock: StreamClock,
+        recognition: any RecognitionStream, slot: Slots.Lease, clock: StreamClock,
         outgoing: (stream: AsyncStream<WebSocketFrame>, continuation: AsyncStream<WebSocketFrame>.Continuation),
         signals: (stream: AsyncStream<Signal>, continuation: AsyncStream<Signal>.Continuation), logger: Logger
     ) async {
@@ -107,7 +107,7 @@ struct ListenStream {
                 }
                 group.addTask {
                     await Self.read(
-                        inbound, session: session, out: out, signal: signal, clock: clock, logger: logger)
+                        inbound, recognition: recognition, out: out, signal: signal, clock: clock, logger: logger)
                 }
                 group.addTask {
                     // Watchdog: Deepgram's NET-0001 after `idleTimeout` without audio or text.
@@ -124,7 +124,7 @@ struct ListenStream {
                 }
                 group.addTask {
                     do throws(RecognitionError) {
-                        try await session.run()
+                        try await recognition.run()
                         signal.yield(.sessionEnded(failure: nil))
                     } catch {
                         signal.yield(.sessionEnded(failure: error.message))
@@ -142,9 +142,9 @@ struct ListenStream {
                     for action in machine.handle(event) {
                         switch action {
                         case .finishSession:
-                            session.finish()
+                            recognition.finish()
                         case .cancelSession:
-                            session.cancel()
+                            recognition.cancel()
                         case .sendMetadata:
                             out.yield(
                                 Frames.text(
@@ -171,7 +171,7 @@ struct ListenStream {
                 logger.info(
                     "listen stream closed", metadata: ["reason": "\(machine.reason)", "audio_s": "\(seconds())"])
                 // Also when the task was cancelled (the loop ends without .stop).
-                session.cancel()
+                recognition.cancel()
                 out.finish()
                 group.cancelAll()
             }
@@ -180,10 +180,10 @@ struct ListenStream {
         }
     }
 
-    /// Reader: audio to the session (an odd byte waits for the next frame), control messages
+    /// Reader: audio to the recognition (an odd byte waits for the next frame), control messages
     /// handled, anything unknown answered with an `Error` and the stream goes on.
     private static func read(
-        _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, session: any RecognitionStream,
+        _ inbound: NIOAsyncChannelInboundStream<WebSocketFrame>, recognition: any RecognitionStream,
         out: AsyncStream<WebSocketFrame>.Continuation, signal: AsyncStream<Signal>.Continuation,
         clock: StreamClock, logger: Logger
     ) async {
@@ -199,7 +199,7 @@ struct ListenStream {
                     let samples = Frames.samples(frame.unmaskedData, carry: &carry)
                     guard !samples.isEmpty else { continue }
                     clock.samples.add(samples.count, ordering: .relaxed)
-                    session.send(AudioChunk(samples: samples))
+                    recognition.send(AudioChunk(samples: samples))
                 case .text:
                     clock.touch()
                     let text = String(buffer: frame.unmaskedData)
@@ -209,7 +209,7 @@ struct ListenStream {
                         logger.trace("listen stream control", metadata: ["type": "KeepAlive"])
                     case .finalize:
                         logger.debug("listen stream control", metadata: ["type": "Finalize"])
-                        if !closing { session.finalize() }
+                        if !closing { recognition.finalize() }
                     case .closeStream:
                         logger.debug("listen stream control", metadata: ["type": "CloseStream"])
                         closing = true

@@ -3,7 +3,7 @@ import Testing
 
 @testable import Recognition
 
-/// Sessions are names and the engine a string: the scheduler only tells them apart.
+/// Streams are names and the engine a string: the scheduler only tells them apart.
 private typealias Scheduler = SherpaScheduler<String, String>
 
 private func speech(_ seconds: Double, at start: Int = 0) -> UtteranceSegmenter.Utterance {
@@ -19,98 +19,87 @@ struct SherpaSchedulerTests {
     let two = speech(2, at: 16_000)
     let three = speech(3)
 
-    /// A scheduler whose model `first` is loaded, with `sessions` open.
-    private func loaded(threads: Int = 2, sessions: [String], capacity: Double = 10) -> Scheduler {
+    /// A scheduler whose model `first` is loaded, with `streams` open.
+    private func loaded(threads: Int = 2, streams: [String], capacity: Double = 10) -> Scheduler {
         var scheduler = Scheduler(
             threads: threads, capacity: Int(capacity * Double(AudioFormat.sampleRate)), unloadAfter: .seconds(5),
             now: t0)
-        for session in sessions { _ = scheduler.handle(.began(session), now: t0) }
-        _ = scheduler.handle(.threadFree, now: t0)
-        _ = scheduler.handle(.loaded(.success("first")), now: t0)
+        for stream in streams { _ = scheduler.began(stream) }
+        _ = scheduler.threadFree(now: t0)
+        _ = scheduler.loaded(.success("first"), now: t0)
         return scheduler
     }
 
-    @Test func theFirstSessionLoadsTheModelOnceWhileItsWorkQueues() {
+    @Test func theFirstStreamLoadsTheModelOnceWhileItsWorkQueues() {
         var scheduler = Scheduler(threads: 2, capacity: 160_000, unloadAfter: .seconds(5), now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
-        #expect(scheduler.handle(.began("a"), now: t0) == [.wakeThreads])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.load("a")])
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
+        #expect(scheduler.began("a") == .threads)
+        #expect(scheduler.threadFree(now: t0) == .load("a"))
         // The other thread waits, even with work queued.
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
-        #expect(scheduler.handle(.queued([.final(one, fromFinalize: false)], for: "a"), now: t0) == [.wakeThreads])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
-        #expect(scheduler.handle(.loaded(.success("first")), now: t0) == [.wakeThreads])
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
+        #expect(scheduler.queued([.final(one, fromFinalize: false)], for: "a", now: t0) == .accepted(.threads))
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
+        #expect(scheduler.loaded(.success("first"), now: t0) == .threads)
         #expect(scheduler.isModelLoaded)
         #expect(
-            scheduler.handle(.threadFree, now: t0 + .seconds(1)) == [
-                .run("a", .final(one, fromFinalize: false), first, waited: .seconds(1))
-            ])
+            scheduler.threadFree(now: t0 + .seconds(1))
+                == .run("a", .final(one, fromFinalize: false), first, waited: .seconds(1), interim: nil))
     }
 
-    @Test func aSessionsWorkRunsInOrderOneItemAtATimeBesideOtherSessions() {
-        var scheduler = loaded(sessions: ["a", "b"])
-        _ = scheduler.handle(
-            .queued([.final(one, fromFinalize: false), .event(.speechActivity(false))], for: "a"), now: t0)
-        _ = scheduler.handle(.queued([.final(three, fromFinalize: false)], for: "b"), now: t0)
+    @Test func aStreamsWorkRunsInOrderOneItemAtATimeBesideOtherStreams() {
+        var scheduler = loaded(streams: ["a", "b"])
+        _ = scheduler.queued([.final(one, fromFinalize: false), .event(.speechActivity(false))], for: "a", now: t0)
+        _ = scheduler.queued([.final(three, fromFinalize: false)], for: "b", now: t0)
         #expect(
-            scheduler.handle(.threadFree, now: t0) == [
-                .run("a", .final(one, fromFinalize: false), first, waited: .zero)
-            ])
+            scheduler.threadFree(now: t0)
+                == .run("a", .final(one, fromFinalize: false), first, waited: .zero, interim: nil))
         // a's next item is older than b's, but a is busy.
         #expect(
-            scheduler.handle(.threadFree, now: t0) == [
-                .run("b", .final(three, fromFinalize: false), first, waited: .zero)
-            ])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
-        #expect(scheduler.handle(.done("a", .final(one, fromFinalize: false)), now: t0) == [.wakeThreads])
+            scheduler.threadFree(now: t0)
+                == .run("b", .final(three, fromFinalize: false), first, waited: .zero, interim: nil))
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
+        #expect(scheduler.done("a", .final(one, fromFinalize: false), now: t0) == .threads)
         #expect(
-            scheduler.handle(.threadFree, now: t0) == [.run("a", .event(.speechActivity(false)), first, waited: .zero)])
+            scheduler.threadFree(now: t0)
+                == .run("a", .event(.speechActivity(false)), first, waited: .zero, interim: nil))
     }
 
     @Test func interimsRunOnlyWhenNoOtherWorkWaitsAndNeverOnEveryThread() {
-        var scheduler = loaded(sessions: ["a", "b"])
-        _ = scheduler.handle(.queued([.interim(one)], for: "a"), now: t0)
-        _ = scheduler.handle(.queued([.interim(two)], for: "b"), now: t0)
-        #expect(
-            scheduler.handle(.threadFree, now: t0) == [
-                .admitInterim("a"), .run("a", .interim(one), first, waited: .zero),
-            ])
+        var scheduler = loaded(streams: ["a", "b"])
+        _ = scheduler.queued([.interim(one)], for: "a", now: t0)
+        _ = scheduler.queued([.interim(two)], for: "b", now: t0)
+        #expect(scheduler.threadFree(now: t0) == .run("a", .interim(one), first, waited: .zero, interim: .admit))
         // One of the two threads is kept from interims.
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
         // b's final makes its queued interim stale, and runs.
-        _ = scheduler.handle(.queued([.final(two, fromFinalize: false)], for: "b"), now: t0)
+        _ = scheduler.queued([.final(two, fromFinalize: false)], for: "b", now: t0)
         #expect(
-            scheduler.handle(.threadFree, now: t0) == [
-                .run("b", .final(two, fromFinalize: false), first, waited: .zero)
-            ])
+            scheduler.threadFree(now: t0)
+                == .run("b", .final(two, fromFinalize: false), first, waited: .zero, interim: nil))
         // A final of a while its interim decodes runs at once and voids that interim.
-        _ = scheduler.handle(.done("b", .final(two, fromFinalize: false)), now: t0)
-        _ = scheduler.handle(.queued([.final(three, fromFinalize: false)], for: "a"), now: t0)
+        _ = scheduler.done("b", .final(two, fromFinalize: false), now: t0)
+        _ = scheduler.queued([.final(three, fromFinalize: false)], for: "a", now: t0)
         #expect(
-            scheduler.handle(.threadFree, now: t0) == [
-                .voidInterim("a"), .run("a", .final(three, fromFinalize: false), first, waited: .zero),
-            ])
+            scheduler.threadFree(now: t0)
+                == .run("a", .final(three, fromFinalize: false), first, waited: .zero, interim: .void))
     }
 
-    @Test func anInterimWaitsForADecodeQueuedBehindABusySession() {
-        var scheduler = loaded(threads: 3, sessions: ["a", "b"])
-        _ = scheduler.handle(.queued([.final(one, fromFinalize: false), .speculative(two)], for: "a"), now: t0)
-        _ = scheduler.handle(.threadFree, now: t0)
-        _ = scheduler.handle(.queued([.interim(three)], for: "b"), now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
-        _ = scheduler.handle(.done("a", .final(one, fromFinalize: false)), now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.run("a", .speculative(two), first, waited: .zero)])
-        #expect(
-            scheduler.handle(.threadFree, now: t0) == [
-                .admitInterim("b"), .run("b", .interim(three), first, waited: .zero),
-            ])
+    @Test func anInterimWaitsForADecodeQueuedBehindABusyStream() {
+        var scheduler = loaded(threads: 3, streams: ["a", "b"])
+        _ = scheduler.queued([.final(one, fromFinalize: false), .speculative(two)], for: "a", now: t0)
+        _ = scheduler.threadFree(now: t0)
+        _ = scheduler.queued([.interim(three)], for: "b", now: t0)
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
+        _ = scheduler.done("a", .final(one, fromFinalize: false), now: t0)
+        #expect(scheduler.threadFree(now: t0) == .run("a", .speculative(two), first, waited: .zero, interim: nil))
+        #expect(scheduler.threadFree(now: t0) == .run("b", .interim(three), first, waited: .zero, interim: .admit))
     }
 
     @Test func aBacklogPastTheCapacityIsRefused() {
-        var scheduler = loaded(sessions: ["a"], capacity: 2.5)
-        #expect(scheduler.handle(.queued([.final(two, fromFinalize: false)], for: "a"), now: t0) == [.wakeThreads])
-        let refused = scheduler.handle(.queued([.final(one, fromFinalize: false)], for: "a"), now: t0)
-        guard case .refuse(let error) = refused.first, refused.count == 1 else {
+        var scheduler = loaded(streams: ["a"], capacity: 2.5)
+        #expect(scheduler.queued([.final(two, fromFinalize: false)], for: "a", now: t0) == .accepted(.threads))
+        let refused = scheduler.queued([.final(one, fromFinalize: false)], for: "a", now: t0)
+        guard case .refused(let error) = refused else {
             Issue.record("not refused: \(refused)")
             return
         }
@@ -118,118 +107,116 @@ struct SherpaSchedulerTests {
         #expect(scheduler.queues["a"]?.weight == two.samples.count)
     }
 
-    @Test func aStopWaitsForTheWorkRunningThenEndsTheSessionNext() {
-        var scheduler = loaded(sessions: ["a"])
-        _ = scheduler.handle(
-            .queued([.final(one, fromFinalize: false), .final(two, fromFinalize: false)], for: "a"), now: t0)
-        _ = scheduler.handle(.threadFree, now: t0)
-        #expect(scheduler.handle(.stop("a", error: nil, abandon: false), now: t0) == [.wakeThreads])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
-        _ = scheduler.handle(.done("a", .final(one, fromFinalize: false)), now: t0)
+    @Test func aStopWaitsForTheWorkRunningThenEndsTheStreamNext() {
+        var scheduler = loaded(streams: ["a"])
+        _ = scheduler.queued([.final(one, fromFinalize: false), .final(two, fromFinalize: false)], for: "a", now: t0)
+        _ = scheduler.threadFree(now: t0)
+        #expect(scheduler.stop("a", error: nil, abandon: false, now: t0) == Scheduler.Stopped(wake: .threads))
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
+        _ = scheduler.done("a", .final(one, fromFinalize: false), now: t0)
         // The queued final was dropped.
-        #expect(scheduler.handle(.threadFree, now: t0) == [.run("a", .end(nil), first, waited: .zero)])
-        _ = scheduler.handle(.done("a", .end(nil)), now: t0)
+        #expect(scheduler.threadFree(now: t0) == .run("a", .end(nil), first, waited: .zero, interim: nil))
+        _ = scheduler.done("a", .end(nil), now: t0)
         #expect(scheduler.queues.isEmpty)
         #expect(scheduler.isModelLoaded)
     }
 
-    @Test func aStopThatTimedOutGivesUpAnEngineStuckOnTheSession() {
-        var stuck = loaded(sessions: ["a"])
-        _ = stuck.handle(.queued([.final(one, fromFinalize: false)], for: "a"), now: t0)
-        _ = stuck.handle(.threadFree, now: t0)
-        #expect(stuck.handle(.stop("a", error: nil, abandon: true), now: t0) == [.wakeThreads, .abandon("first")])
+    @Test func aStopThatTimedOutGivesUpAnEngineStuckOnTheStream() {
+        var stuck = loaded(streams: ["a"])
+        _ = stuck.queued([.final(one, fromFinalize: false)], for: "a", now: t0)
+        _ = stuck.threadFree(now: t0)
+        #expect(
+            stuck.stop("a", error: nil, abandon: true, now: t0) == Scheduler.Stopped(wake: .threads, abandon: "first"))
         #expect(!stuck.isModelLoaded)
         // The next work starts another engine, while the abandoned decode still runs.
-        #expect(stuck.handle(.threadFree, now: t0) == [.load("a")])
+        #expect(stuck.threadFree(now: t0) == .load("a"))
 
-        var idle = loaded(sessions: ["a"])
-        #expect(idle.handle(.stop("a", error: nil, abandon: true), now: t0) == [.wakeThreads])
+        var idle = loaded(streams: ["a"])
+        #expect(idle.stop("a", error: nil, abandon: true, now: t0) == Scheduler.Stopped(wake: .threads))
         #expect(idle.isModelLoaded)
     }
 
     @Test func aStopThatTimedOutGivesUpAnEngineEveryThreadIsStuckOn() {
-        var scheduler = loaded(threads: 1, sessions: ["a", "b"])
-        _ = scheduler.handle(.queued([.final(one, fromFinalize: false)], for: "b"), now: t0)
-        _ = scheduler.handle(.threadFree, now: t0)
-        #expect(scheduler.handle(.stop("a", error: nil, abandon: true), now: t0 + .milliseconds(500)) == [.wakeThreads])
+        var scheduler = loaded(threads: 1, streams: ["a", "b"])
+        _ = scheduler.queued([.final(one, fromFinalize: false)], for: "b", now: t0)
+        _ = scheduler.threadFree(now: t0)
         #expect(
-            scheduler.handle(.stop("a", error: nil, abandon: true), now: t0 + .seconds(2)) == [
-                .wakeThreads, .abandon("first"),
-            ])
+            scheduler.stop("a", error: nil, abandon: true, now: t0 + .milliseconds(500))
+                == Scheduler.Stopped(wake: .threads))
+        #expect(
+            scheduler.stop("a", error: nil, abandon: true, now: t0 + .seconds(2))
+                == Scheduler.Stopped(wake: .threads, abandon: "first"))
     }
 
-    @Test func aFinalTheEngineFailsOnIsDecodedOnceMoreThenEndsTheSession() throws {
-        var scheduler = loaded(sessions: ["a"])
+    @Test func aFinalTheEngineFailsOnIsDecodedOnceMoreThenEndsTheStream() throws {
+        var scheduler = loaded(streams: ["a"])
         let final = SherpaWork.final(one, fromFinalize: false)
-        _ = scheduler.handle(.queued([final], for: "a"), now: t0)
-        _ = scheduler.handle(.threadFree, now: t0)
-        #expect(scheduler.handle(.engineFailed(first), now: t0) == [])
-        #expect(scheduler.handle(.finalFailed("a", final), now: t0) == [])
-        _ = scheduler.handle(.done("a", final), now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.load("a")])
-        _ = scheduler.handle(.loaded(.success("second")), now: t0)
+        _ = scheduler.queued([final], for: "a", now: t0)
+        _ = scheduler.threadFree(now: t0)
+        scheduler.engineFailed(first)
+        #expect(scheduler.finalFailed("a", final, now: t0) == .nobody)
+        _ = scheduler.done("a", final, now: t0)
+        #expect(scheduler.threadFree(now: t0) == .load("a"))
+        _ = scheduler.loaded(.success("second"), now: t0)
         let second = Scheduler.Engine(decoder: "second", generation: 2)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.run("a", final, second, waited: .zero)])
+        #expect(scheduler.threadFree(now: t0) == .run("a", final, second, waited: .zero, interim: nil))
         // A late failure report about the first engine leaves the second alone.
-        _ = scheduler.handle(.engineFailed(first), now: t0)
+        scheduler.engineFailed(first)
         #expect(scheduler.isModelLoaded)
-        #expect(scheduler.handle(.finalFailed("a", final), now: t0) == [.wakeThreads])
-        _ = scheduler.handle(.done("a", final), now: t0)
-        let actions = scheduler.handle(.threadFree, now: t0)
-        guard case .run("a", .end(let error?), second, _) = actions.first else {
-            Issue.record("the session does not end with an error: \(actions)")
+        #expect(scheduler.finalFailed("a", final, now: t0) == .threads)
+        _ = scheduler.done("a", final, now: t0)
+        let step = scheduler.threadFree(now: t0)
+        guard case .run("a", .end(let error?), second, _, nil) = step else {
+            Issue.record("the stream does not end with an error: \(step)")
             return
         }
         #expect(error.message.contains("failed twice"))
     }
 
-    @Test func aStoppedSessionsFailedFinalIsNotDecodedAgain() {
-        var scheduler = loaded(sessions: ["a"])
+    @Test func aStoppedStreamsFailedFinalIsNotDecodedAgain() {
+        var scheduler = loaded(streams: ["a"])
         let final = SherpaWork.final(one, fromFinalize: false)
-        _ = scheduler.handle(.queued([final], for: "a"), now: t0)
-        _ = scheduler.handle(.threadFree, now: t0)
-        _ = scheduler.handle(.stop("a", error: nil, abandon: false), now: t0)
-        #expect(scheduler.handle(.finalFailed("a", final), now: t0) == [])
-        _ = scheduler.handle(.done("a", final), now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.run("a", .end(nil), first, waited: .zero)])
+        _ = scheduler.queued([final], for: "a", now: t0)
+        _ = scheduler.threadFree(now: t0)
+        _ = scheduler.stop("a", error: nil, abandon: false, now: t0)
+        #expect(scheduler.finalFailed("a", final, now: t0) == .nobody)
+        _ = scheduler.done("a", final, now: t0)
+        #expect(scheduler.threadFree(now: t0) == .run("a", .end(nil), first, waited: .zero, interim: nil))
     }
 
-    @Test func aFailedLoadEndsTheSessionsWithItsErrorAndIsNotRetriedMeanwhile() {
+    @Test func aFailedLoadEndsTheStreamsWithItsErrorAndIsNotRetriedMeanwhile() {
         var scheduler = Scheduler(threads: 2, capacity: 160_000, unloadAfter: .seconds(5), now: t0)
-        _ = scheduler.handle(.began("a"), now: t0)
-        _ = scheduler.handle(.queued([.final(one, fromFinalize: false)], for: "a"), now: t0)
-        _ = scheduler.handle(.threadFree, now: t0)
+        _ = scheduler.began("a")
+        _ = scheduler.queued([.final(one, fromFinalize: false)], for: "a", now: t0)
+        _ = scheduler.threadFree(now: t0)
         let failure = RecognitionError(.backendUnavailable, "no model")
-        #expect(scheduler.handle(.loaded(.failure(failure)), now: t0) == [.wakeThreads])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.run("a", .end(failure), nil, waited: .zero)])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
+        #expect(scheduler.loaded(.failure(failure), now: t0) == .threads)
+        #expect(scheduler.threadFree(now: t0) == .run("a", .end(failure), nil, waited: .zero, interim: nil))
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
     }
 
-    @Test func theModelIsUnloadedOnlyOnceNoSessionIsOpenForTheIdleTime() {
-        var scheduler = loaded(sessions: ["a"])
-        #expect(scheduler.handle(.threadFree, now: t0 + .seconds(60)) == [.wait(timeout: nil)])
-        _ = scheduler.handle(.queued([.end(nil)], for: "a"), now: t0)
-        _ = scheduler.handle(.threadFree, now: t0)
-        _ = scheduler.handle(.done("a", .end(nil)), now: t0 + .seconds(10))
-        #expect(scheduler.handle(.threadFree, now: t0 + .seconds(12)) == [.wait(timeout: .seconds(3))])
-        #expect(
-            scheduler.handle(.threadFree, now: t0 + .seconds(15)) == [
-                .unload(reason: "idle for \(Duration.seconds(5))")
-            ])
+    @Test func theModelIsUnloadedOnlyOnceNoStreamIsOpenForTheIdleTime() {
+        var scheduler = loaded(streams: ["a"])
+        #expect(scheduler.threadFree(now: t0 + .seconds(60)) == .wait(timeout: nil))
+        _ = scheduler.queued([.end(nil)], for: "a", now: t0)
+        _ = scheduler.threadFree(now: t0)
+        _ = scheduler.done("a", .end(nil), now: t0 + .seconds(10))
+        #expect(scheduler.threadFree(now: t0 + .seconds(12)) == .wait(timeout: .seconds(3)))
+        #expect(scheduler.threadFree(now: t0 + .seconds(15)) == .unload(reason: "idle for \(Duration.seconds(5))"))
         #expect(!scheduler.isModelLoaded)
-        #expect(scheduler.handle(.threadFree, now: t0 + .seconds(16)) == [.wait(timeout: nil)])
-        #expect(scheduler.handle(.close, now: t0) == [.wakeThreads])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.exit])
+        #expect(scheduler.threadFree(now: t0 + .seconds(16)) == .wait(timeout: nil))
+        #expect(scheduler.close() == .threads)
+        #expect(scheduler.threadFree(now: t0) == .exit(unloading: nil))
     }
 
-    @Test func closingLetsTheOpenSessionsEndBeforeTheThreadsUnloadAndExit() {
-        var scheduler = loaded(sessions: ["a"])
-        _ = scheduler.handle(.close, now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.wait(timeout: nil)])
-        _ = scheduler.handle(.queued([.end(nil)], for: "a"), now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.run("a", .end(nil), first, waited: .zero)])
-        _ = scheduler.handle(.done("a", .end(nil)), now: t0)
-        #expect(scheduler.handle(.threadFree, now: t0) == [.unload(reason: "recognizer released"), .exit])
-        #expect(scheduler.handle(.threadFree, now: t0) == [.exit])
+    @Test func closingLetsTheOpenStreamsEndBeforeTheThreadsUnloadAndExit() {
+        var scheduler = loaded(streams: ["a"])
+        _ = scheduler.close()
+        #expect(scheduler.threadFree(now: t0) == .wait(timeout: nil))
+        _ = scheduler.queued([.end(nil)], for: "a", now: t0)
+        #expect(scheduler.threadFree(now: t0) == .run("a", .end(nil), first, waited: .zero, interim: nil))
+        _ = scheduler.done("a", .end(nil), now: t0)
+        #expect(scheduler.threadFree(now: t0) == .exit(unloading: "recognizer released"))
+        #expect(scheduler.threadFree(now: t0) == .exit(unloading: nil))
     }
 }

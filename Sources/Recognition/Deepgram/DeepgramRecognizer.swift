@@ -71,20 +71,20 @@ public final class DeepgramRecognizer: Recognizer {
     }
 
     /// Connects (retrying 429, 5xx and network errors until the connect timeout) and returns the
-    /// session, streaming. Its events go to `events`, from the connection's event loop.
+    /// stream. Its events go to `events`, from the connection's event loop.
     public func startStream(_ options: StreamOptions, events: any RecognitionEventSink) async throws(RecognitionError)
         -> any RecognitionStream
     {
-        let session = DeepgramStream(
+        let stream = DeepgramStream(
             options: options, settings: settings, events: events, logger: logger,
-            // One handshake per reconnect attempt: the session's loop owns the backoff.
+            // One handshake per reconnect attempt: the stream's machine owns the backoff.
             connect: { [self] onMessage throws(RecognitionError) in
                 try await connect(options, retrying: false, on: events.eventLoop, onMessage: onMessage)
             })
         let connection = try await connect(
-            options, retrying: true, on: events.eventLoop, onMessage: session.receive)
-        session.adopt(connection)
-        return session
+            options, retrying: true, on: events.eventLoop, onMessage: stream.receive)
+        stream.adopt(connection)
+        return stream
     }
 
     /// Connects within the connect timeout. With `retrying`, refusals and network errors worth

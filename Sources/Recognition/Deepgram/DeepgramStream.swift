@@ -6,8 +6,8 @@ import Waiting
 /// One streaming session: reconnects on retryable failures and replays the audio the server has
 /// not answered for.
 ///
-/// The protocol's decisions are ``DeepgramStreamMachine``'s; this class feeds it and performs its
-/// actions. Threads: audio arrives on the capture thread and goes straight to the socket when the
+/// The protocol's decisions are ``DeepgramStreamMachine``'s; this class tells it each input and
+/// does what it returns. Threads: audio arrives on the capture thread and goes straight to the socket when the
 /// pacer allows (one hop: the event loop's task queue). Server messages are decoded and delivered
 /// to the sink on the connection's event loop, in `channelRead`. ``run()`` owns everything else
 /// as child tasks: the connection loop (reconnects with backoff), the paced drain of audio that
@@ -40,7 +40,10 @@ final class DeepgramStream: HandOverStream {
         self.events = events
         self.logger = logger
         self.connect = connect
-        machine = Mutex(Machine(replayCapacity: settings.replayCapacity, interimResults: options.interimResults))
+        machine = Mutex(
+            Machine(
+                replayCapacity: settings.replayCapacity, interimResults: options.interimResults,
+                backoff: settings.backoff))
     }
 
     // MARK: - RecognitionStream
@@ -72,7 +75,7 @@ final class DeepgramStream: HandOverStream {
             cancel()
         }
         let failure = machine.withLock { machine in
-            sendUnderLock(machine.handle(.runReturned, now: .now), on: machine.connection)
+            sendUnderLock(machine.runReturned(), on: machine.connection)
             return machine.failure
         }
         switch outcome {
@@ -84,78 +87,79 @@ final class DeepgramStream: HandOverStream {
 
     /// Live audio goes straight to the socket from the caller's thread (the capture thread);
     /// audio the pacer holds back waits in the ledger for the drain.
-    func send(_ chunk: AudioChunk) { handle(.audio(chunk)) }
+    func send(_ chunk: AudioChunk) { apply { $0.audio(chunk, now: .now) } }
 
-    func finish() { handle(.finish) }
+    func finish() { apply { $0.finish(now: .now) } }
 
-    func finalize() { handle(.finalize) }
+    func finalize() { apply { $0.finalize(now: .now) } }
 
-    func cancel() { handle(.cancel) }
+    func cancel() { apply { $0.cancel() } }
 
     /// Gives the session up for another engine: nothing more goes out or is delivered, and
     /// ``run()`` returns soon. Returns the audio no final answered for (see ``StreamLedger``).
     func handOver() -> (start: Int, samples: [Int16]) {
-        let (actions, audio) = machine.withLock { machine in
-            let actions = machine.handle(.cancel, now: .now)
-            sendUnderLock(actions, on: machine.connection)
-            return (actions, machine.unansweredAudio)
+        var audio: (start: Int, samples: [Int16]) = (0, [])
+        apply { machine in
+            let step = machine.cancel()
+            audio = machine.unansweredAudio
+            return step
         }
-        perform(actions)
         return audio
     }
 
-    // MARK: - Actions
+    // MARK: - Doing what the machine returns
 
-    /// Handles `event`: sends under the lock, the rest after it.
-    @discardableResult
-    private func handle(_ event: Machine.Event) -> [Machine.Action] {
-        let actions = machine.withLock { machine in
-            let actions = machine.handle(event, now: .now)
-            sendUnderLock(actions, on: machine.connection)
-            return actions
+    /// Tells the machine one input and does what it returns: the sends under the lock, so frames
+    /// leave in the order of the inputs, the effects after it.
+    private func apply(_ input: (inout Machine) -> Machine.Step) {
+        let effects = machine.withLock { machine in
+            let step = input(&machine)
+            sendUnderLock(step.sends, on: machine.connection)
+            return step.effects
         }
-        perform(actions)
-        return actions
+        perform(effects)
     }
 
-    /// Performs the actions for the connection, in order; called with the lock held, so frames
-    /// leave in the order the machine produced them.
-    private func sendUnderLock(_ actions: [Machine.Action], on connection: WebSocketConnection?) {
+    /// With the lock held, so frames leave in the order the machine returned them.
+    private func sendUnderLock(_ sends: Machine.Sends, on connection: WebSocketConnection?) {
         guard let connection else { return }
-        for action in actions {
-            switch action {
-            case .sendAudio(let samples): connection.send(binary: samples)
-            case .sendFinalize: connection.send(text: DeepgramProtocol.finalize)
-            case .sendCloseStream: connection.send(text: DeepgramProtocol.closeStream)
-            case .sendKeepAlive: connection.send(text: DeepgramProtocol.keepAlive)
-            case .abortConnection: connection.abort()
-            default: break
+        for frame in sends.frames {
+            switch frame {
+            case .audio(let samples): connection.send(binary: samples)
+            case .finalize: connection.send(text: DeepgramProtocol.finalize)
+            case .closeStream: connection.send(text: DeepgramProtocol.closeStream)
+            case .keepAlive: connection.send(text: DeepgramProtocol.keepAlive)
             }
         }
+        if sends.abort { connection.abort() }
     }
 
-    /// Performs the actions that wait for the lock to be released (the connection loop's and
-    /// the drain's steps are theirs to take).
-    private func perform(_ actions: [Machine.Action]) {
-        for action in actions {
-            switch action {
-            case .wakeDrain: drainWakeup.signal()
-            case .deliver(let event): events.deliver(event)
-            case .stopRun: stopped.signal()
-            case .logReplayReleased:
-                logger.warning(
-                    "replay buffer full: audio the server has not answered for can no longer be replayed",
-                    metadata: ["capacity": "\(settings.replayCapacity)"])
-            case .logOverflow(let overflow):
-                logger.error(
-                    "replay buffer overflow: failing the session",
-                    metadata: ["unsentSamples": "\(overflow.unsent)", "capacitySamples": "\(overflow.capacity)"])
-            case .logUnknownType(let type):
-                logger.notice("ignoring unknown server message type", metadata: ["type": "\(type)"])
-            case .sendAudio, .sendFinalize, .sendCloseStream, .sendKeepAlive, .abortConnection, .drainAgain,
-                .conclude, .reconnect:
-                break
-            }
+    /// After the lock is released.
+    private func perform(_ effects: Machine.Effects) {
+        if let line = effects.log { log(line) }
+        for event in effects.deliver { events.deliver(event) }
+        if effects.wakeDrain { drainWakeup.signal() }
+        if effects.stopRun { stopped.signal() }
+    }
+
+    private func log(_ line: Machine.LogLine) {
+        switch line {
+        case .replayReleased:
+            logger.warning(
+                "replay buffer full: audio the server has not answered for can no longer be replayed",
+                metadata: ["capacity": "\(settings.replayCapacity)"])
+        case .overflow(let overflow):
+            logger.error(
+                "replay buffer overflow: failing the session",
+                metadata: ["unsentSamples": "\(overflow.unsent)", "capacitySamples": "\(overflow.capacity)"])
+        case .unknownType(let type):
+            logger.notice("ignoring unknown server message type", metadata: ["type": "\(type)"])
+        case .closed(let code):
+            logger.debug("stream closed", metadata: ["code": "\(code)"])
+        case .dropped(let end):
+            logger.warning("stream dropped; reconnecting", metadata: ["reason": "\(end)"])
+        case .reconnectFailed(let attempt):
+            logger.debug("reconnect attempt failed", metadata: ["attempt": "\(attempt)"])
         }
     }
 
@@ -164,52 +168,42 @@ final class DeepgramStream: HandOverStream {
     /// Makes `connection` the current one: replays what the server has not answered for, then
     /// streams. Messages may already have arrived on it; none can be about audio yet.
     func adopt(_ connection: WebSocketConnection) {
-        handle(.connected(connection))
-        connection.keepAlive(every: settings.keepAliveInterval) { [self] in handle(.keepAliveDue(connection)) }
+        apply { $0.connected(connection, now: .now) }
+        keepAlive(connection)
     }
 
-    /// Serves connections until the session ends: waits for each to end, reconnects (with
-    /// backoff) after a retryable end.
+    private func keepAlive(_ connection: WebSocketConnection) {
+        connection.keepAlive(every: settings.keepAliveInterval) { [self] in
+            machine.withLock { machine in sendUnderLock(machine.keepAliveDue(connection), on: machine.connection) }
+        }
+    }
+
+    /// Serves connections until the session ends: waits for each to end, then connects again or
+    /// ends as the machine says.
     private func connectionLoop() async -> Machine.Outcome {
-        var backoff = settings.backoff
-        while true {
+        serving: while true {
             guard let connection = machine.withLock({ $0.connection }) else { return .stopped }
             // Returns after the last message of this connection was handled.
             let end = await connection.end
-            let next = handle(.connectionEnded(connection, end))
-            if Task.isCancelled { return .stopped }
-            if case .conclude(let outcome) = next.first {
-                if outcome == .finished, case .closed(let code, _) = end {
-                    logger.debug("stream closed", metadata: ["code": "\(code)"])
-                }
-                return outcome
-            }
-            logger.warning("stream dropped; reconnecting", metadata: ["reason": "\(end)"])
-            events.deliver(.reconnecting(true))
-            var reconnected: WebSocketConnection?
-            while reconnected == nil {
-                guard let delay = backoff.next() else {
-                    return .failed(
-                        RecognitionError(
-                            .backendUnavailable,
-                            "Lost the connection to the recognizer and could not get it back after \(backoff.attempts) attempts."
-                        ).unreachable(true))
-                }
-                do {
-                    try await eventLoopSleep(for: delay)
-                    reconnected = try await connect(receive)
-                } catch {
-                    if Task.isCancelled || machine.withLock({ $0.isStopped }) { return .stopped }
-                    // A refused key or settings will not get better by retrying.
-                    if let error = error as? RecognitionError, error.kind != .backendUnavailable {
-                        return .failed(error)
+            var after = machine.withLock { $0.connectionEnded(connection, end) }
+            while !Task.isCancelled {
+                perform(after.effects)
+                switch after.next {
+                case .conclude(let outcome):
+                    return outcome
+                case .reconnect(let delay):
+                    do { try await eventLoopSleep(for: delay) } catch { return .stopped }
+                    do throws(RecognitionError) {
+                        let reconnected = try await connect(receive)
+                        apply { $0.reconnected(reconnected, now: .now) }
+                        keepAlive(reconnected)
+                        continue serving
+                    } catch {
+                        after = machine.withLock { $0.reconnectFailed(error) }
                     }
-                    logger.debug("reconnect attempt failed", metadata: ["attempt": "\(backoff.attempts)"])
                 }
             }
-            backoff.reset()
-            if !machine.withLock({ $0.isStopped }) { events.deliver(.reconnecting(false)) }
-            if let reconnected { adopt(reconnected) }
+            return .stopped
         }
     }
 
@@ -217,11 +211,18 @@ final class DeepgramStream: HandOverStream {
     private func drainLoop() async {
         while !Task.isCancelled {
             await drainWakeup.wait()
-            while let wait = handle(.drain).lazy.compactMap({ action -> Duration? in
-                if case .drainAgain(let wait) = action { wait } else { nil }
-            }).first {
+            while let wait = drain() {
                 do { try await eventLoopSleep(for: wait) } catch { return }
             }
+        }
+    }
+
+    /// The drain's turn; returns when to come back, if more waits for the pacer.
+    private func drain() -> Duration? {
+        machine.withLock { machine in
+            let (sends, again) = machine.drain(now: .now)
+            sendUnderLock(sends, on: machine.connection)
+            return again
         }
     }
 
@@ -242,6 +243,6 @@ final class DeepgramStream: HandOverStream {
         if case .metadata(let requestID) = decoded {
             logger.debug("stream metadata", metadata: ["request_id": "\(requestID ?? "")"])
         }
-        handle(.received(decoded))
+        perform(machine.withLock { $0.received(decoded) })
     }
 }

@@ -5,64 +5,66 @@ import Logging
 import Synchronization
 
 /// The decoder threads: each asks the scheduler for its next step and takes it (loading the
-/// model, running a session's work, unloading when idle), waiting on the condition in between.
+/// model, running a stream's work, unloading when idle), waiting on the condition in between.
 extension SherpaDecoderPool {
     func run() {
         condition.lock()
         while true {
-            for action in decide(.threadFree) {
-                switch action {
-                case .load(let session):
-                    loadModel(for: session)
-                case .run(let session, let work, let engine, let waited):
-                    condition.unlock()
-                    perform(work, for: session, engine: engine, waited: waited)
-                    condition.lock()
-                    decide(.done(session, work))
-                case .unload(let reason):
-                    unload(reason: reason)
-                case .wait(let timeout?):
-                    _ = condition.wait(
-                        until: Date(timeIntervalSinceNow: Double(timeout / .milliseconds(1)) / 1000 + 0.01))
-                case .wait(nil):
-                    condition.wait()
-                case .exit:
-                    condition.unlock()
-                    return
-                case .wakeThreads, .admitInterim, .voidInterim, .refuse, .abandon:
-                    // Done by decide(_:), or not a thread's step.
-                    break
+            switch scheduler.threadFree(now: .now) {
+            case .load(let stream):
+                loadModel(for: stream)
+            case .run(let stream, let work, let engine, let waited, let interim):
+                // Marked before the work runs: an interim starting may go out, one it overtakes must not.
+                switch interim {
+                case .admit?: stream.interims.withLock { $0.void = false }
+                case .void?: stream.interims.withLock { $0.void = true }
+                case nil: break
                 }
+                condition.unlock()
+                perform(work, for: stream, engine: engine, waited: waited)
+                condition.lock()
+                wake(scheduler.done(stream, work, now: .now))
+            case .unload(let reason):
+                unload(reason: reason)
+            case .wait(let timeout?):
+                _ = condition.wait(
+                    until: Date(timeIntervalSinceNow: Double(timeout / .milliseconds(1)) / 1000 + 0.01))
+            case .wait(nil):
+                condition.wait()
+            case .exit(let unloading):
+                if let unloading { unload(reason: unloading) }
+                condition.unlock()
+                return
             }
         }
     }
 
-    /// Loads the model for the sessions waiting (called and returning with the lock held); on
-    /// failure every open session ends with the error.
-    func loadModel(for session: SherpaStream) {
+    /// Loads the model for the streams waiting (called and returning with the lock held); on
+    /// failure every open stream ends with the error.
+    func loadModel(for stream: SherpaStream) {
         condition.unlock()
         let started = ContinuousClock.now
         let result = Result { () throws(RecognitionError) -> any SherpaDecoding in
             if let executable = settings.workerExecutable {
                 return try SherpaWorkerProcess(
-                    executable: executable, model: session.model, settings: settings, channels: settings.decoderThreads)
+                    executable: executable, model: stream.model, settings: settings, channels: settings.decoderThreads)
             }
-            return try SherpaEngine(library: session.library, model: session.model, settings: settings)
+            return try SherpaEngine(library: stream.library, model: stream.model, settings: settings)
         }
         condition.lock()
-        decide(.loaded(result))
+        wake(scheduler.loaded(result, now: .now))
         switch result {
         case .success:
             shared.loads.wrappingAdd(1, ordering: .relaxed)
             logger.info(
                 "offline model loaded",
                 metadata: [
-                    "engine": "sherpa-onnx \(session.library.version)", "model": "\(session.model.directory)",
+                    "engine": "sherpa-onnx \(stream.library.version)", "model": "\(stream.model.directory)",
                     "seconds": "\(started.duration(to: .now))",
                 ])
         case .failure(let error):
             logger.error("offline model unavailable", metadata: ["reason": "\(error.message)"])
-            shared.recordFailure(session.model, error)
+            shared.recordFailure(stream.model, error)
         }
     }
 
@@ -76,9 +78,9 @@ extension SherpaDecoderPool {
             "offline model unloaded", metadata: ["reason": "\(reason)", "code_mb_released": "\(dropped >> 20)"])
     }
 
-    /// Runs one item of a session's work, outside the lock.
+    /// Runs one item of a stream's work, outside the lock.
     func perform(
-        _ work: SherpaWork, for session: SherpaStream, engine: Scheduler.Engine?, waited: Duration
+        _ work: SherpaWork, for stream: SherpaStream, engine: Scheduler.Engine?, waited: Duration
     ) {
         /// The text, or nil when the engine failed: it is dropped, and the next work loads it
         /// again (a worker process that died is started anew).
@@ -98,47 +100,47 @@ extension SherpaDecoderPool {
                 return text
             } catch {
                 logger.error("offline engine failed", metadata: ["reason": "\(error.message)"])
-                handle(.engineFailed(engine))
+                condition.withLock { scheduler.engineFailed(engine) }
                 return nil
             }
         }
         switch work {
         case .event(let event):
-            session.interims.withLock { _ in session.deliverIfRunning(event) }
+            stream.interims.withLock { _ in stream.deliverIfRunning(event) }
         case .resumed:
-            session.speculative = nil
+            stream.speculative = nil
         case .interim(let utterance):
             let started = ContinuousClock.now
             guard let text = decode(utterance.samples) else { return }
-            session.interimDecoded(took: started.duration(to: .now))
-            session.interims.withLock { interims in
+            stream.interimDecoded(took: started.duration(to: .now))
+            stream.interims.withLock { interims in
                 guard !interims.void, !text.isEmpty, text != interims.lastText else { return }
                 interims.lastText = text
-                session.deliverIfRunning(.result(result(text, utterance, isFinal: false)))
+                stream.deliverIfRunning(.result(result(text, utterance, isFinal: false)))
             }
         case .speculative(let utterance):
             guard let text = decode(utterance.samples) else { return }
-            session.speculative = (text, utterance.samples.count)
+            stream.speculative = (text, utterance.samples.count)
         case .final(let utterance, let fromFinalize):
-            let reused = session.speculative.flatMap { $0.samples == utterance.samples.count ? $0.text : nil }
-            session.speculative = nil
+            let reused = stream.speculative.flatMap { $0.samples == utterance.samples.count ? $0.text : nil }
+            stream.speculative = nil
             guard let text = utterance.samples.isEmpty ? "" : reused ?? decode(utterance.samples) else {
-                // Decoded once more by the next engine; failing again, the session ends with an
+                // Decoded once more by the next engine; failing again, the stream ends with an
                 // error (its earlier finals stand).
-                handle(.finalFailed(session, work))
+                condition.withLock { wake(scheduler.finalFailed(stream, work, now: .now)) }
                 return
             }
             var final = result(text, utterance, isFinal: true)
             final.fromFinalize = fromFinalize
-            session.interims.withLock { interims in
+            stream.interims.withLock { interims in
                 interims.lastText = ""
                 guard !text.isEmpty || fromFinalize else { return }
-                session.deliverIfRunning(.result(final))
+                stream.deliverIfRunning(.result(final))
             }
         case .end(let error):
             // After an interim still decoding has delivered, or been voided (taking this did).
-            session.interims.withLock { _ in }
-            session.complete(error.map { .failure($0) } ?? .success(()))
+            stream.interims.withLock { _ in }
+            stream.complete(error.map { .failure($0) } ?? .success(()))
         }
     }
 

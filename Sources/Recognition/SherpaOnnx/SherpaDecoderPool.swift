@@ -25,7 +25,8 @@ import Synchronization
 /// - Model: the first thread with work for it loads it (the others wait; audio keeps queueing),
 ///   and it is unloaded `unloadAfter` after the last session ended.
 ///
-/// These decisions are ``SherpaScheduler``'s; the pool's threads perform its actions.
+/// These decisions are ``SherpaScheduler``'s; the pool tells it each input under the lock and
+/// does what it returns.
 final class SherpaDecoderPool: @unchecked Sendable {
     // @unchecked: `scheduler` is only touched with `condition` locked.
     typealias Scheduler = SherpaScheduler<SherpaStream, any SherpaDecoding>
@@ -35,7 +36,10 @@ final class SherpaDecoderPool: @unchecked Sendable {
     let logger: Logger
     /// Threads wait on it for work; it guards `scheduler`.
     let condition = NSCondition()
-    var scheduler: Scheduler
+    /// Whether its model is loaded is published after every input, for any thread to read.
+    var scheduler: Scheduler {
+        didSet { shared.loaded.store(scheduler.isModelLoaded, ordering: .relaxed) }
+    }
     /// Sessions inside an utterance now: each may need a thread for its final at any moment.
     let speakingSessions = Atomic<Int>(0)
     /// Every decode's time and audio so far: what decoding a second of audio costs here.
@@ -71,67 +75,58 @@ final class SherpaDecoderPool: @unchecked Sendable {
         }
     }
 
-    func close() { handle(.close) }
+    func close() {
+        condition.withLock { wake(scheduler.close()) }
+    }
 
     func begin(
         library: SherpaLibrary, model: SherpaModel, interimResults: Bool, events: any RecognitionEventSink
     ) -> SherpaStream {
-        let session = SherpaStream(
+        let stream = SherpaStream(
             decoders: self, library: library, model: model, interimResults: interimResults,
             segmenter: UtteranceSegmenter(), events: events)
         // Registered, it makes a thread load the model now if needed, while its audio queues.
-        handle(.began(session))
-        return session
+        condition.withLock { wake(scheduler.began(stream)) }
+        return stream
     }
 
-    /// Queues a session's work; returns the error that ends it if its backlog would overflow.
-    func enqueue(_ work: [SherpaWork], for session: SherpaStream) -> RecognitionError? {
-        for action in handle(.queued(work, for: session)) {
-            if case .refuse(let error) = action { return error }
+    /// Queues a stream's work; returns the error that ends it if its backlog would overflow.
+    func enqueue(_ work: [SherpaWork], for stream: SherpaStream) -> RecognitionError? {
+        condition.withLock {
+            switch scheduler.queued(work, for: stream, now: .now) {
+            case .accepted(let threads):
+                wake(threads)
+                return nil
+            case .refused(let error):
+                return error
+            }
         }
-        return nil
     }
 
-    /// Drops the session's queued work and ends it next (error nil: cancelled).
+    /// Drops the stream's queued work and ends it next (error nil: cancelled).
     ///
-    /// `abandon` (a stop that timed out): if the engine is still decoding for this session, or
+    /// `abandon` (a stop that timed out): if the engine is still decoding for this stream, or
     /// every thread has been on one decode for over a second so its work cannot start, the
     /// engine is given up (a worker process is killed): the threads are free at once and the
-    /// next work starts a new worker. Other sessions' finals in flight there are decoded again.
-    func stop(_ session: SherpaStream, error: RecognitionError?, abandon: Bool = false) {
-        handle(.stop(session, error: error, abandon: abandon))
-    }
-
-    // MARK: - Performing the scheduler's actions
-
-    /// Handles `event` with the lock taken here, then gives up an abandoned engine outside it.
-    @discardableResult
-    func handle(_ event: Scheduler.Event) -> [Scheduler.Action] {
-        condition.lock()
-        let actions = decide(event)
-        condition.unlock()
-        for case .abandon(let engine) in actions {
+    /// next work starts a new worker. Other streams' finals in flight there are decoded again.
+    func stop(_ stream: SherpaStream, error: RecognitionError?, abandon: Bool = false) {
+        let stopped = condition.withLock {
+            let stopped = scheduler.stop(stream, error: error, abandon: abandon, now: .now)
+            wake(stopped.wake)
+            return stopped
+        }
+        if let engine = stopped.abandon {
             logger.warning("the offline engine did not finish in time; restarting it")
             engine.abandon()
         }
-        return actions
     }
 
-    /// Handles `event` (called with the lock held) and performs what belongs under the lock:
-    /// waking the threads, and voiding or admitting an interim before its session's next work runs.
-    @discardableResult
-    func decide(_ event: Scheduler.Event) -> [Scheduler.Action] {
-        let actions = scheduler.handle(event, now: .now)
-        shared.loaded.store(scheduler.isModelLoaded, ordering: .relaxed)
-        for action in actions {
-            switch action {
-            case .wakeThreads: condition.broadcast()
-            case .admitInterim(let session): session.interims.withLock { $0.void = false }
-            case .voidInterim(let session): session.interims.withLock { $0.void = true }
-            default: break
-            }
+    /// Wakes the waiting threads if the scheduler says so; called with the lock held.
+    func wake(_ wake: Scheduler.Wake) {
+        switch wake {
+        case .threads: condition.broadcast()
+        case .nobody: break
         }
-        return actions
     }
 }
 
