@@ -50,27 +50,20 @@ final class DeepgramStream: HandOverStream {
 
     func run() async throws(RecognitionError) {
         let outcome = await withTaskCancellationHandler {
-            await withTaskGroup(of: Machine.Outcome?.self) { group in
-                group.addTask { await self.connectionLoop() }
-                group.addTask {
+            // The loop has seen its connection's end (so every event is delivered) or is
+            // cancelled once the race is decided, which aborts the connection and waits for that end.
+            await firstResult(
+                of: Machine.Outcome.self,
+                { await self.connectionLoop() },
+                {
                     await self.drainLoop()
                     return nil
-                }
-                group.addTask {
+                },
+                {
                     await self.stopped.wait()
                     return .stopped
                 }
-                var outcome = Machine.Outcome.stopped
-                for await next in group {
-                    guard let next else { continue }
-                    outcome = next
-                    break
-                }
-                // The loop has seen its connection's end (so every event is delivered) or is
-                // cancelled here, which aborts the connection and waits for that end.
-                group.cancelAll()
-                return outcome
-            }
+            ) ?? .stopped
         } onCancel: {
             cancel()
         }
