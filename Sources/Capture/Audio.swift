@@ -101,7 +101,7 @@ public struct VoiceDetector: Sendable {
     static let floorRise = 0.02
     static let floorPull = 0.002
 
-    public private(set) var isSpeech = false
+    private(set) var isSpeech = false
     private var floor = -70.0
     private var loudRun = 0
     private var quietRun = 0

@@ -3,7 +3,7 @@ extension DoctorFacts {
     static let importDisplay =
         "run `dbus-update-activation-environment --systemd WAYLAND_DISPLAY DISPLAY XDG_CURRENT_DESKTOP` in your session (e.g. at the end of ~/.xinitrc), then `systemctl --user restart sttd`"
 
-    public var report: DoctorReport {
+    var report: DoctorReport {
         var checks = [serviceCheck]
         if case .reachable(let state) = service {
             checks += [engineCheck(state), microphoneCheck(state)]

@@ -1,23 +1,23 @@
 /// What `sttctl doctor` found out, as plain values: the checks are worked out from these alone,
 /// so tests give them any set-up.
-public struct DoctorFacts: Sendable {
+struct DoctorFacts: Sendable {
     /// sttd's answers, or why it could not be reached.
-    public enum Service: Sendable {
+    enum Service: Sendable {
         case reachable(ServiceState)
         case unreachable(String)
     }
 
-    public struct ServiceState: Sendable {
-        public var version: String
-        public var backend: String
+    struct ServiceState: Sendable {
+        var version: String
+        var backend: String
         /// `AuthorizationStatus` after `RequestAuthorization`.
-        public var authorization: String
-        public var microphone: String
+        var authorization: String
+        var microphone: String
         /// The `InputMethod` property: empty, `active`, `focused` or `secret`.
-        public var inputMethod: String
-        public var lastError: String
+        var inputMethod: String
+        var lastError: String
 
-        public init(
+        init(
             version: String = "", backend: String = "local", authorization: String = "authorized",
             microphone: String = "authorized", inputMethod: String = "", lastError: String = ""
         ) {
@@ -31,7 +31,7 @@ public struct DoctorFacts: Sendable {
     }
 
     /// Whether IBus knows sttd's component `io.github.sttd.IBus`.
-    public enum Component: Sendable, Equatable {
+    enum Component: Sendable, Equatable {
         /// ibus-daemon lists the `sttd` engine.
         case listed
         /// A component file names it, but ibus-daemon (running) does not list it.
@@ -43,30 +43,30 @@ public struct DoctorFacts: Sendable {
     }
 
     /// The typing tool sttd would use, once it answered a request that types nothing.
-    public enum Typing: Sendable, Equatable {
+    enum Typing: Sendable, Equatable {
         case works(String)
         /// Why not, naming the fix (the message of the output module).
         case fails(String)
     }
 
-    public var service: Service
+    var service: Service
     /// This shell's environment: the session apps run in.
-    public var session: [String: String]
+    var session: [String: String]
     /// sttd's environment, and where it was read (nil: it could not be read).
-    public var serviceEnvironment: [String: String]?
-    public var serviceEnvironmentSource: String
-    public var component: Component
+    var serviceEnvironment: [String: String]?
+    var serviceEnvironmentSource: String
+    var component: Component
     /// `ibus engine`: the engine IBus has now; nil if ibus-daemon could not be asked.
-    public var currentEngine: String?
+    var currentEngine: String?
     /// `gsettings get org.gnome.desktop.input-sources sources`; nil if not read.
-    public var gnomeInputSources: String?
+    var gnomeInputSources: String?
     /// kwinrc `[Wayland] InputMethod`; nil if not set.
-    public var kwinInputMethod: String?
+    var kwinInputMethod: String?
     /// Whether GTK 4's IBus module (Debian ibus-gtk4) is installed.
-    public var gtk4IBusModule: Bool
-    public var typing: Typing
+    var gtk4IBusModule: Bool
+    var typing: Typing
 
-    public init(
+    init(
         service: Service, session: [String: String], serviceEnvironment: [String: String]?,
         serviceEnvironmentSource: String = "sttd's process", component: Component, currentEngine: String? = nil,
         gnomeInputSources: String? = nil, kwinInputMethod: String? = nil, gtk4IBusModule: Bool = true,
@@ -85,7 +85,7 @@ public struct DoctorFacts: Sendable {
     }
 
     /// The session's kind, from this shell's environment.
-    public enum Desktop: Sendable, Equatable {
+    enum Desktop: Sendable, Equatable {
         case gnome, kde, wlroots, otherWayland, x11, none
     }
 

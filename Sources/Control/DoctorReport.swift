@@ -1,6 +1,6 @@
 /// One finding of `sttctl doctor`.
-public struct DoctorCheck: Sendable, Equatable {
-    public enum Status: String, Sendable, Equatable {
+struct DoctorCheck: Sendable, Equatable {
+    enum Status: String, Sendable, Equatable {
         case ok
         /// Dictation can still work, but something is off (some apps, or a route not used).
         case warning
@@ -10,7 +10,7 @@ public struct DoctorCheck: Sendable, Equatable {
 
     /// Which way of getting text into an app a check belongs to: dictation works if sttd, the
     /// engine and the microphone work and either route does.
-    public enum Route: String, Sendable, Equatable {
+    enum Route: String, Sendable, Equatable {
         /// Needed whatever the route.
         case core
         /// sttd's IBus engine puts text into the field.
@@ -21,15 +21,15 @@ public struct DoctorCheck: Sendable, Equatable {
 
     /// A stable name for scripts: `service`, `engine`, `microphone`, `session`, `ibus-component`,
     /// `input-source`, `input-method`, `im-modules`, `typing-tool`, `service-environment`.
-    public var id: String
-    public var route: Route
-    public var status: Status
+    var id: String
+    var route: Route
+    var status: Status
     /// What was found, for a person.
-    public var finding: String
+    var finding: String
     /// What to do; nil when there is nothing to do.
-    public var fix: String?
+    var fix: String?
 
-    public init(_ id: String, _ route: Route, _ status: Status, _ finding: String, fix: String? = nil) {
+    init(_ id: String, _ route: Route, _ status: Status, _ finding: String, fix: String? = nil) {
         self.id = id
         self.route = route
         self.status = status
@@ -39,14 +39,14 @@ public struct DoctorCheck: Sendable, Equatable {
 }
 
 /// Every check and the verdict: `ok` only if dictation into the focused app should work.
-public struct DoctorReport: Sendable, Equatable {
-    public private(set) var checks: [DoctorCheck]
+struct DoctorReport: Sendable, Equatable {
+    private(set) var checks: [DoctorCheck]
     /// The route text takes, or nil when none works.
-    public let route: DoctorCheck.Route?
+    let route: DoctorCheck.Route?
 
     /// Settles the checks: when one route works, the other route's problems cannot stop
     /// dictation, so they become warnings.
-    public init(_ checks: [DoctorCheck]) {
+    init(_ checks: [DoctorCheck]) {
         func works(_ route: DoctorCheck.Route) -> Bool {
             let own = checks.filter { $0.route == route }
             return !own.isEmpty && !own.contains { $0.status == .problem }
@@ -63,12 +63,12 @@ public struct DoctorReport: Sendable, Equatable {
         }
     }
 
-    public var ok: Bool { route != nil }
+    var ok: Bool { route != nil }
 
-    public func check(_ id: String) -> DoctorCheck? { checks.first { $0.id == id } }
+    func check(_ id: String) -> DoctorCheck? { checks.first { $0.id == id } }
 
     /// One line per check (✓, ! or ✗), an indented fix under each that has one, and the verdict.
-    public var text: String {
+    var text: String {
         var lines: [String] = []
         for check in checks {
             let mark =
@@ -109,5 +109,5 @@ public struct DoctorReport: Sendable, Equatable {
         ])
     }
 
-    public var jsonLine: String { json.line }
+    var jsonLine: String { json.line }
 }

@@ -79,7 +79,7 @@ public final class DBusObject: Sendable {
     /// Sets properties of one interface (by default the one declaring the first name) and emits
     /// one `PropertiesChanged` for those that changed, to `destination` only if given. All or
     /// none are set.
-    public func setProperties(_ changes: [(String, DBusValue)], interface: String? = nil, destination: String? = nil) {
+    func setProperties(_ changes: [(String, DBusValue)], interface: String? = nil, destination: String? = nil) {
         guard let first = changes.first else { return }
         if let problem = check(properties: changes, interface: interface) { return report(problem) }
         do {

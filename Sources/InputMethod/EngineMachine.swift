@@ -22,13 +22,13 @@ import SpeechAPI
 /// - "scratch that" deletes only the text this engine committed into the field that still has
 ///   the focus, newest first; a focus change, a reset (the cursor moved), a key the user typed or
 ///   a key sttd pressed makes the earlier text the field's own.
-public struct EngineMachine: Sendable {
+struct EngineMachine: Sendable {
     /// How long the engine may be without the focus while push-to-talk is held (a focus change
     /// between two fields takes a moment) before its session stops.
-    public static let focusGrace = Duration.milliseconds(400)
+    static let focusGrace = Duration.milliseconds(400)
 
     /// An input from ibus-daemon, sttd or the key.
-    public enum Event: Sendable, Equatable {
+    enum Event: Sendable, Equatable {
         case created(path: String)
         case destroyed(path: String)
         case enabled(path: String)
@@ -61,7 +61,7 @@ public struct EngineMachine: Sendable {
     }
 
     /// What sttd asks to put into the focused field, in order.
-    public enum Delivery: Sendable, Equatable {
+    enum Delivery: Sendable, Equatable {
         case commit(String)
         /// Delete this many Unicode characters before the cursor.
         case delete(Int)
@@ -70,7 +70,7 @@ public struct EngineMachine: Sendable {
     }
 
     /// An output to carry out, in order.
-    public enum Action: Sendable, Equatable {
+    enum Action: Sendable, Equatable {
         /// `UpdatePreeditText` on the engine at `path` (empty text: hidden).
         case showPreedit(path: String, text: String)
         /// `CommitText` on the engine at `path`.
@@ -104,7 +104,7 @@ public struct EngineMachine: Sendable {
     }
 
     /// At most this many finals wait for a focus change to settle; older ones are dropped first.
-    public static let pendingLimit = 256
+    static let pendingLimit = 256
 
     private var engines: [String: Engine] = [:]
     /// What `sttd-ibus --wayland` said of the field ibus-wayland serves (ordinary until it speaks).
@@ -130,11 +130,11 @@ public struct EngineMachine: Sendable {
     /// The input method went off in a password field (``leftSecretField``'s engine was disabled).
     private var offInSecretField = false
 
-    public init() {}
+    init() {}
 
     /// What sttd hears. While a focus change settles, "not focused": never the old field's
     /// purpose for the new field.
-    public var state: InputMethodState {
+    var state: InputMethodState {
         let active = engines.values.contains { $0.enabled }
         if !active, offInSecretField {
             return InputMethodState(active: false, focused: true, secret: true, pushToTalk: keyDown)
@@ -159,7 +159,7 @@ public struct EngineMachine: Sendable {
         settling != nil || (focused.flatMap { engines[$0] }?.client == IBus.waylandClient && waylandPurpose == nil)
     }
 
-    public mutating func handle(_ event: Event) -> [Action] {
+    mutating func handle(_ event: Event) -> [Action] {
         var actions: [Action] = []
         switch event {
         case .created(let path):

@@ -3,11 +3,11 @@ import Foundation
 
 /// The parts of IBus's D-Bus protocol an engine speaks (ibus 1.5: `src/ibusengine.c`,
 /// `src/ibusfactory.c`, `src/ibusshare.c`), on ibus-daemon's private bus.
-public enum IBus {
+enum IBus {
     /// The bus name this component owns; ibus-daemon waits for it after starting `<exec>`.
-    public static let componentName = "io.github.sttd.IBus"
+    static let componentName = "io.github.sttd.IBus"
     /// The engine name users pick ("Dictation").
-    public static let engineName = "sttd"
+    static let engineName = "sttd"
     static let factoryPath = "/org/freedesktop/IBus/Factory"
     static let factoryInterface = "org.freedesktop.IBus.Factory"
     static let engineInterface = "org.freedesktop.IBus.Engine"
@@ -80,7 +80,7 @@ public enum IBus {
     /// ibus-daemon's address, found as libibus finds it (`ibus_get_address`): `IBUS_ADDRESS`, else
     /// the address file (`IBUS_ADDRESS_FILE`, else `$XDG_CONFIG_HOME/ibus/bus/MACHINE-HOST-DISPLAY`)
     /// whose daemon is still alive. Throws what is missing, for a person.
-    public static func address(environment: [String: String], root: String = "") throws(IBusError) -> String {
+    static func address(environment: [String: String], root: String = "") throws(IBusError) -> String {
         if let address = environment["IBUS_ADDRESS"], !address.isEmpty { return address }
         let file = try addressFile(environment: environment, root: root)
         guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
@@ -131,8 +131,8 @@ public enum IBus {
 }
 
 /// Why the input method cannot run, for a person.
-public struct IBusError: Error, Sendable, CustomStringConvertible {
-    public let message: String
-    public init(_ message: String) { self.message = message }
-    public var description: String { message }
+struct IBusError: Error, Sendable, CustomStringConvertible {
+    let message: String
+    init(_ message: String) { self.message = message }
+    var description: String { message }
 }

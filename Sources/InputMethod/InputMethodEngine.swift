@@ -13,24 +13,24 @@ import Waiting
 /// ``EngineMachine`` in order and carries out its actions. Calls that wait for a reply (reports,
 /// sessions, the settling round trip) run in their own child tasks, each fed by a stream, so a
 /// slow sttd never holds up text for the field.
-public final class InputMethodEngine: Sendable {
+final class InputMethodEngine: Sendable {
     /// Events wait here for the machine; beyond it an event is refused (logged). ibus-daemon and
     /// sttd send a handful per keystroke or result; 4096 is far beyond any burst.
-    public static let eventCapacity = 4096
+    static let eventCapacity = 4096
 
     let configuration: EngineConfiguration
     private let environment: [String: String]
     let logger: Logger
     private let engineCount = Mutex<Int>(0)
 
-    public init(configuration: EngineConfiguration, environment: [String: String], logger: Logger) {
+    init(configuration: EngineConfiguration, environment: [String: String], logger: Logger) {
         self.configuration = configuration
         self.environment = environment
         self.logger = logger
     }
 
     /// Serves until ibus-daemon or the session bus goes away.
-    public func run() async throws(IBusError) {
+    func run() async throws(IBusError) {
         let address = try IBus.address(environment: environment)
         let ibus: DBusConnection
         let session: DBusConnection

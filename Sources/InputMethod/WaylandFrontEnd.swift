@@ -11,21 +11,21 @@ import Synchronization
 /// at login, perhaps before ibus-daemon), then runs ibus-wayland behind a ``WaylandProxy`` that
 /// tells the engine each field's purpose: ibus-wayland 1.5.27 drops it, so a password field would
 /// get dictation.
-public struct WaylandFrontEnd: Sendable {
-    public static let inputMethodPath = "/usr/libexec/ibus-wayland"
+struct WaylandFrontEnd: Sendable {
+    static let inputMethodPath = "/usr/libexec/ibus-wayland"
     /// How long ibus-daemon, once started here, may take to answer.
     static let daemonWait = Duration.seconds(20)
 
     let environment: [String: String]
     let logger: Logger
 
-    public init(environment: [String: String], logger: Logger) {
+    init(environment: [String: String], logger: Logger) {
         self.environment = environment
         self.logger = logger
     }
 
     /// Runs ibus-wayland until it or KWin ends; returns its exit status.
-    public func run() async throws(IBusError) -> Int32 {
+    func run() async throws(IBusError) -> Int32 {
         guard let text = environment["WAYLAND_SOCKET"], let compositor = Int32(text), fcntl(compositor, F_GETFD) >= 0
         else {
             throw IBusError(

@@ -6,9 +6,9 @@
 /// ignores) goes to the engine before the event goes on; until a field's first `content_type`
 /// its purpose is unknown, so the engine types nothing into it meanwhile.
 /// (input-method-unstable-v1.xml; the purpose and hint values are text-input-unstable-v1's.)
-public struct WaylandWatch: Sendable {
+struct WaylandWatch: Sendable {
     /// What to do with one message.
-    public enum Verdict: Sendable, Equatable {
+    enum Verdict: Sendable, Equatable {
         case forward
         /// Drop it (text for a password field): logged without its text.
         case drop
@@ -34,16 +34,16 @@ public struct WaylandWatch: Sendable {
     private var registry: UInt32?
     private var inputMethod: UInt32?
     /// The context KWin activated for the focused field, if any.
-    public private(set) var context: UInt32?
+    private(set) var context: UInt32?
     /// The focused field is a password or PIN field: its text is dropped here too.
-    public private(set) var secret = false
+    private(set) var secret = false
     /// An activated field whose `content_type` has not come yet.
-    public private(set) var awaitingContentType = false
+    private(set) var awaitingContentType = false
 
-    public init() {}
+    init() {}
 
     /// A request from ibus-wayland to KWin.
-    public mutating func fromInputMethod(_ message: WaylandMessage) throws(WaylandWireError) -> Verdict {
+    mutating func fromInputMethod(_ message: WaylandMessage) throws(WaylandWireError) -> Verdict {
         if message.object == Self.display, message.opcode == Self.getRegistry {
             registry = try message.uint(at: 0)
         } else if message.object == registry, message.opcode == Self.bind {
@@ -61,7 +61,7 @@ public struct WaylandWatch: Sendable {
     }
 
     /// An event from KWin to ibus-wayland.
-    public mutating func fromCompositor(_ message: WaylandMessage) throws(WaylandWireError) -> Verdict {
+    mutating func fromCompositor(_ message: WaylandMessage) throws(WaylandWireError) -> Verdict {
         if message.object == inputMethod, message.opcode == Self.activate {
             context = try message.uint(at: 0)
             secret = false
@@ -84,7 +84,7 @@ public struct WaylandWatch: Sendable {
 
     /// KWin sends `content_type` with every activation; should one not come, the field is taken
     /// as an ordinary one after a while (the proxy's clock): the IBus purpose to announce.
-    public mutating func contentTypeOverdue() -> UInt32 { settle(password: false, hidden: false) }
+    mutating func contentTypeOverdue() -> UInt32 { settle(password: false, hidden: false) }
 
     /// IBus's purposes (`IBusInputPurpose`): password 8, PIN 9 (text-input-v1 has no PIN; KWin
     /// sends a PIN field as alpha with hidden text), free form 0.

@@ -1,22 +1,22 @@
 /// The Wayland wire format, as much as the input method's proxy reads: each message is the object
 /// id (u32), then `size << 16 | opcode` (u32), then its arguments, each 4-byte aligned; a string
 /// is its length with the NUL (u32), then its bytes padded to 4. Native byte order (a local socket).
-public struct WaylandMessage: Sendable, Equatable {
-    public let object: UInt32
-    public let opcode: UInt16
+struct WaylandMessage: Sendable, Equatable {
+    let object: UInt32
+    let opcode: UInt16
     /// The whole message, header included.
-    public let bytes: [UInt8]
+    let bytes: [UInt8]
 
-    public static let headerSize = 8
+    static let headerSize = 8
 
-    public init(object: UInt32, opcode: UInt16, bytes: [UInt8]) {
+    init(object: UInt32, opcode: UInt16, bytes: [UInt8]) {
         self.object = object
         self.opcode = opcode
         self.bytes = bytes
     }
 
     /// A message built from its arguments (tests, and nothing else needs to build one).
-    public init(object: UInt32, opcode: UInt16, arguments: [WaylandArgument]) {
+    init(object: UInt32, opcode: UInt16, arguments: [WaylandArgument]) {
         var body: [UInt8] = []
         for argument in arguments {
             switch argument {
@@ -34,14 +34,14 @@ public struct WaylandMessage: Sendable, Equatable {
     }
 
     /// The u32 argument at byte `offset` of the arguments.
-    public func uint(at offset: Int) throws(WaylandWireError) -> UInt32 {
+    func uint(at offset: Int) throws(WaylandWireError) -> UInt32 {
         let start = Self.headerSize + offset
         guard offset >= 0, start + 4 <= bytes.count else { throw .truncated(object: object, opcode: opcode) }
         return Self.decode(bytes, at: start)
     }
 
     /// The string argument at byte `offset` of the arguments, and the offset after it.
-    public func string(at offset: Int) throws(WaylandWireError) -> (String, next: Int) {
+    func string(at offset: Int) throws(WaylandWireError) -> (String, next: Int) {
         let length = Int(try uint(at: offset))
         let start = Self.headerSize + offset + 4
         let padded = (length + 3) & ~3
@@ -58,18 +58,18 @@ public struct WaylandMessage: Sendable, Equatable {
     }
 }
 
-public enum WaylandArgument: Sendable, Equatable {
+enum WaylandArgument: Sendable, Equatable {
     case uint(UInt32)
     case string(String)
 }
 
 /// A peer that does not speak Wayland: the proxy closes both sides and says which message.
-public enum WaylandWireError: Error, Sendable, Equatable, CustomStringConvertible {
+enum WaylandWireError: Error, Sendable, Equatable, CustomStringConvertible {
     case badSize(object: UInt32, size: Int)
     case truncated(object: UInt32, opcode: UInt16)
     case tooManyDescriptors(Int)
 
-    public var description: String {
+    var description: String {
         switch self {
         case .badSize(let object, let size): "a message to object \(object) claims \(size) bytes"
         case .truncated(let object, let opcode): "message \(opcode) to object \(object) is shorter than its arguments"
@@ -80,13 +80,13 @@ public enum WaylandWireError: Error, Sendable, Equatable, CustomStringConvertibl
 
 /// Bytes read from one side, cut into whole messages. Holds at most one partial message: its
 /// size is in its header (at most 64 KiB), so the buffer stays under that.
-public struct WaylandReader: Sendable {
+struct WaylandReader: Sendable {
     private var pending: [UInt8] = []
 
-    public init() {}
+    init() {}
 
     /// Appends `bytes` and returns the messages now complete, in order.
-    public mutating func messages(after bytes: some Collection<UInt8>) throws(WaylandWireError) -> [WaylandMessage] {
+    mutating func messages(after bytes: some Collection<UInt8>) throws(WaylandWireError) -> [WaylandMessage] {
         pending += bytes
         var messages: [WaylandMessage] = []
         var start = 0

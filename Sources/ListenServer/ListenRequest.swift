@@ -2,25 +2,25 @@ import Foundation
 import Recognition
 
 /// What a client asked for in its `GET /v1/listen?…` handshake, once accepted.
-public struct ListenRequest: Sendable, Equatable {
-    public var interimResults = false
+struct ListenRequest: Sendable, Equatable {
+    var interimResults = false
     /// Endpointing in milliseconds, or nil when the client turned it off (`endpointing=false`).
     /// The engine's own voice activity detection ends utterances; this only decides whether
     /// finals carry `speech_final`.
-    public var endpointing: Int? = 10
-    public var utteranceEndMilliseconds: Int?
-    public var vadEvents = false
-    public var punctuate = false
-    public var smartFormat = false
+    var endpointing: Int? = 10
+    var utteranceEndMilliseconds: Int?
+    var vadEvents = false
+    var punctuate = false
+    var smartFormat = false
     /// The model the client named; the local one is used whatever it says (`Metadata` names it).
-    public var model: String?
-    public var language = "en-US"
-    public var keyterms: [String] = []
+    var model: String?
+    var language = "en-US"
+    var keyterms: [String] = []
 
-    public init() {}
+    init() {}
 
     /// The session options the recognizer gets.
-    public var streamOptions: StreamOptions {
+    var streamOptions: StreamOptions {
         StreamOptions(
             language: language, interimResults: interimResults, keyterms: keyterms,
             servedTo: "a client of sttd's /v1/listen server")
@@ -28,16 +28,16 @@ public struct ListenRequest: Sendable, Equatable {
 }
 
 /// A refused handshake: the HTTP status and Deepgram's `err_code`/`err_msg`.
-public struct ListenRefusal: Error, Sendable, Equatable {
-    public var status: Int
-    public var code: String
-    public var message: String
+struct ListenRefusal: Error, Sendable, Equatable {
+    var status: Int
+    var code: String
+    var message: String
     /// Seconds a client should wait before trying again (`Retry-After`), when that is known to help.
-    public var retryAfter: Int?
+    var retryAfter: Int?
     /// The `Origin` a web page sent, when that is why it was refused (for the log).
-    public var refusedOrigin: String?
+    var refusedOrigin: String?
 
-    public init(status: Int, code: String, message: String, retryAfter: Int? = nil, refusedOrigin: String? = nil) {
+    init(status: Int, code: String, message: String, retryAfter: Int? = nil, refusedOrigin: String? = nil) {
         self.status = status
         self.code = code
         self.message = message
@@ -45,36 +45,36 @@ public struct ListenRefusal: Error, Sendable, Equatable {
         self.refusedOrigin = refusedOrigin
     }
 
-    public static func badRequest(_ message: String) -> Self {
+    static func badRequest(_ message: String) -> Self {
         Self(status: 400, code: "Bad Request", message: message)
     }
-    public static let invalidAuth = Self(
+    static let invalidAuth = Self(
         status: 401, code: "INVALID_AUTH",
         message:
             "Invalid credentials. Send the server's key as `Authorization: Token KEY` or the subprotocols `token, KEY`."
     )
     /// A web page's handshake (browsers always send `Origin`) from an origin not listed.
-    public static func originNotAllowed(_ origin: String) -> Self {
+    static func originNotAllowed(_ origin: String) -> Self {
         Self(
             status: 403, code: "INSUFFICIENT_PERMISSIONS",
             message:
                 "Web pages from origin \"\(origin)\" may not use this server; to allow them, add it to [server] allowed_origins in sttd's config.toml.",
             refusedOrigin: origin)
     }
-    public static let tooManyStreams = Self(
+    static let tooManyStreams = Self(
         status: 429, code: "TOO_MANY_REQUESTS",
         message: "Too many concurrent streams: this server's max_streams are all in use. Retry later.")
-    public static let notFound = Self(
+    static let notFound = Self(
         status: 404, code: "NOT_FOUND", message: "Unknown path; streams go to /v1/listen.")
     /// The engine is serving a session it cannot share (pocketsphinx during dictation).
-    public static func engineBusy(_ reason: String) -> Self {
+    static func engineBusy(_ reason: String) -> Self {
         Self(status: 503, code: "SERVICE_UNAVAILABLE", message: reason, retryAfter: 5)
     }
     /// The engine could not start a session (e.g. its model is missing).
-    public static func engineUnavailable(_ reason: String) -> Self {
+    static func engineUnavailable(_ reason: String) -> Self {
         Self(status: 503, code: "SERVICE_UNAVAILABLE", message: "The local engine could not start: \(reason)")
     }
-    public static let upgradeRequired = Self(
+    static let upgradeRequired = Self(
         status: 426, code: "Bad Request", message: "/v1/listen takes a WebSocket upgrade (GET with Upgrade: websocket)."
     )
 }
@@ -82,12 +82,12 @@ public struct ListenRefusal: Error, Sendable, Equatable {
 /// The handshake's checks as a pure function: path, origin, authentication (exactly as
 /// Deepgram's), then the query. Unknown parameters are ignored, as Deepgram does; known ones of
 /// the wrong type are refused with 400.
-public enum ListenHandshake {
-    public static let path = "/v1/listen"
+enum ListenHandshake {
+    static let path = "/v1/listen"
 
     /// What the handshake decided, and the subprotocol to answer with (`token` when the client
     /// authenticated, or offered, that way).
-    public static func evaluate(
+    static func evaluate(
         uri: String, headers: [(String, String)], key: APIKey?, allowedOrigins: Set<WebOrigin> = []
     ) -> Result<(request: ListenRequest, subprotocol: String?), ListenRefusal> {
         guard let components = URLComponents(string: uri),
@@ -214,7 +214,7 @@ public enum ListenHandshake {
 
 extension ListenRefusal {
     /// Deepgram's error body: `{"err_code","err_msg","request_id"}`.
-    public func body(requestID: String) -> String {
+    func body(requestID: String) -> String {
         ServerMessages.json([
             "err_code": code, "err_msg": message, "request_id": requestID,
         ])

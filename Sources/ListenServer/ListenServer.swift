@@ -23,17 +23,17 @@ public struct ListenServerSettings: Sendable {
     /// The web pages that may use the server; a handshake with any other `Origin` gets HTTP 403.
     public var allowedOrigins: Set<WebOrigin>
     /// A stream that gets no audio and no text message for this long is closed with 1011 `NET-0001`.
-    public var idleTimeout: Duration
+    var idleTimeout: Duration
     /// How long a stream may take to deliver its last finals after `CloseStream` or at shutdown.
-    public var flushTimeout: Duration
+    var flushTimeout: Duration
     /// The model `Results` and `Metadata` name.
     public var model: ServerMessages.ModelInfo
     /// Connections open at most, handshakes and streams together; one more is accepted and
     /// closed at once. Well below the descriptor limit, so that clients holding sockets open
     /// cannot starve the rest of sttd (the microphone, D-Bus, memfds) of descriptors.
-    public var maxConnections: Int
+    var maxConnections: Int
     /// A connection that has not sent its whole handshake request (TLS included) by then is closed.
-    public var handshakeTimeout: Duration
+    var handshakeTimeout: Duration
 
     public init(
         host: String, port: Int, key: APIKey? = nil, tls: TLSConfiguration? = nil, maxStreams: Int = 4,
@@ -169,9 +169,9 @@ public final class ListenServer: Service, Sendable {
     }
 
     /// Streams open now.
-    public var openStreams: Int { slots.inUse }
+    var openStreams: Int { slots.inUse }
     /// Connections open now: streams, and clients still in their handshake.
-    public var openConnections: Int { connections.inUse }
+    var openConnections: Int { connections.inUse }
 
     /// Accepts connections until graceful shutdown or cancellation; each stream is a child task.
     public func run() async throws {

@@ -41,13 +41,13 @@ public enum ServerMessages {
     }
 
     /// A client text message.
-    public enum ClientMessage: Sendable, Equatable {
+    enum ClientMessage: Sendable, Equatable {
         case keepAlive, finalize, closeStream
         /// Not a message this server knows: answered with an `Error` of variant `SchemaError`.
         case unknown(description: String)
     }
 
-    public static func decodeClient(_ text: String) -> ClientMessage {
+    static func decodeClient(_ text: String) -> ClientMessage {
         guard let data = text.data(using: .utf8),
             let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
         else { return .unknown(description: "the message is not a JSON object") }
@@ -64,7 +64,7 @@ public enum ServerMessages {
     }
 
     /// Deepgram's answer to a client text message it cannot parse; the stream goes on.
-    public static func schemaError(description: String, original: String) -> String {
+    static func schemaError(description: String, original: String) -> String {
         json([
             "type": "Error", "variant": "SchemaError", "description": description,
             // Echoed for the client's debugging, bounded so a huge frame is not sent back.
@@ -72,7 +72,7 @@ public enum ServerMessages {
         ])
     }
 
-    public static func metadata(requestID: String, created: Date, duration: Double, model: ModelInfo) -> String {
+    static func metadata(requestID: String, created: Date, duration: Double, model: ModelInfo) -> String {
         json([
             "type": "Metadata", "transaction_key": "deprecated", "request_id": requestID,
             // Deepgram sends the audio's SHA-256; sttd keeps no copy of the audio to hash.
@@ -85,7 +85,7 @@ public enum ServerMessages {
 
     /// A `Results` message. Words get evenly spread timings over `start…end` (the engine gives
     /// none per word).
-    public static func results(
+    static func results(
         transcript: String, start: Double, end: Double, isFinal: Bool, speechFinal: Bool, fromFinalize: Bool,
         requestID: String, model: ModelInfo
     ) -> String {
@@ -115,11 +115,11 @@ public enum ServerMessages {
         ])
     }
 
-    public static func speechStarted(timestamp: Double) -> String {
+    static func speechStarted(timestamp: Double) -> String {
         json(["type": "SpeechStarted", "channel": [0], "timestamp": rounded(timestamp)])
     }
 
-    public static func utteranceEnd(lastWordEnd: Double) -> String {
+    static func utteranceEnd(lastWordEnd: Double) -> String {
         json(["type": "UtteranceEnd", "channel": [0, 1], "last_word_end": rounded(lastWordEnd)])
     }
 
@@ -136,10 +136,10 @@ public enum ServerMessages {
 /// Turns a session's recognition events into the stream's messages, as Deepgram would send them
 /// for the request: interims only when asked, `SpeechStarted` with `vad_events`, `UtteranceEnd`
 /// with `utterance_end_ms`. Pure: the caller passes how much audio the stream has received.
-public struct ResultsTranslator: Sendable {
-    public let request: ListenRequest
-    public let requestID: String
-    public let model: ServerMessages.ModelInfo
+struct ResultsTranslator: Sendable {
+    let request: ListenRequest
+    let requestID: String
+    let model: ServerMessages.ModelInfo
     /// End of the last final, where the next result starts when the engine gives no times.
     private var lastFinalEnd = 0.0
     private var lastWordEnd = 0.0
@@ -147,13 +147,13 @@ public struct ResultsTranslator: Sendable {
     private var wordsSinceUtteranceEnd = false
     private var utteranceEndOwed = false
 
-    public init(request: ListenRequest, requestID: String, model: ServerMessages.ModelInfo) {
+    init(request: ListenRequest, requestID: String, model: ServerMessages.ModelInfo) {
         self.request = request
         self.requestID = requestID
         self.model = model
     }
 
-    public mutating func messages(for event: RecognitionEvent, audioSeconds: Double) -> [String] {
+    mutating func messages(for event: RecognitionEvent, audioSeconds: Double) -> [String] {
         switch event {
         case .result(let result):
             guard result.isFinal || request.interimResults else { return [] }

@@ -9,8 +9,8 @@
 ///   the session is cancelled and the stream ends at once.
 /// - After our close frame the stream ends when the client answers it, or when the
 ///   close-handshake timer fires.
-public struct StreamMachine: Sendable {
-    public enum Event: Sendable, Equatable {
+struct StreamMachine: Sendable {
+    enum Event: Sendable, Equatable {
         case closeStream
         case shutdown
         case idle
@@ -26,14 +26,14 @@ public struct StreamMachine: Sendable {
         case closeTimeout
     }
 
-    public enum Timer: Sendable, Equatable {
+    enum Timer: Sendable, Equatable {
         /// Bounds the last finals after `CloseStream` or shutdown; fires `flushTimeout`.
         case flush
         /// Bounds the wait for the client's answer to our close frame; fires `closeTimeout`.
         case closeHandshake
     }
 
-    public enum Action: Sendable, Equatable {
+    enum Action: Sendable, Equatable {
         case finishSession
         case cancelSession
         case sendMetadata
@@ -49,7 +49,7 @@ public struct StreamMachine: Sendable {
     }
 
     /// Why the stream ended, for the log.
-    public private(set) var reason = "open"
+    private(set) var reason = "open"
     private let idleTimeoutSeconds: Int64
     private var flushCode: UInt16?
     private var sessionEnded = false
@@ -59,11 +59,11 @@ public struct StreamMachine: Sendable {
     private var clientClosed = false
     private var slotReleased = false
 
-    public init(idleTimeoutSeconds: Int64) {
+    init(idleTimeoutSeconds: Int64) {
         self.idleTimeoutSeconds = idleTimeoutSeconds
     }
 
-    public mutating func handle(_ event: Event) -> [Action] {
+    mutating func handle(_ event: Event) -> [Action] {
         let actions = respond(to: event)
         guard closed, sessionEnded, !slotReleased else { return actions }
         slotReleased = true

@@ -33,12 +33,12 @@ public struct RecognitionResult: Sendable, Equatable {
 }
 
 /// Text a recognizer may not pass on.
-public enum RecognitionText {
+enum RecognitionText {
     /// `text` without what a D-Bus string, a terminal or a log must not get from a recognizer:
     /// control characters (C0, DEL, C1: NUL breaks D-Bus marshalling, ESC drives terminals;
     /// line breaks and tabs become spaces), bidirectional overrides and isolates (they reorder
     /// what a reader sees), and Unicode noncharacters.
-    public static func sanitized(_ text: String) -> String {
+    static func sanitized(_ text: String) -> String {
         guard text.unicodeScalars.contains(where: isRefused) else { return text }
         var kept = String.UnicodeScalarView()
         for scalar in text.unicodeScalars {

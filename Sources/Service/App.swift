@@ -253,7 +253,7 @@ public enum SttdApp {
     /// pocketsphinx), the streaming client for `deepgram`, as the configuration says; with
     /// `fallback = "local"` (the default when an offline engine is installed) the offline engine
     /// stands behind the streaming client.
-    public static func defaultRecognizers(
+    static func defaultRecognizers(
         _ configuration: Configuration, environment: [String: String], logger: Logger
     ) -> Recognizers {
         let install = SherpaInstall.locate()
@@ -280,7 +280,7 @@ public enum SttdApp {
 
     /// Whether the offline engine `[local]` chooses has what it needs on disk (the default of
     /// `[deepgram] fallback` depends on it).
-    public static func offlineEngineInstalled(_ local: Configuration.Local, install: SherpaInstall) -> Bool {
+    static func offlineEngineInstalled(_ local: Configuration.Local, install: SherpaInstall) -> Bool {
         let (engine, sherpaModel) = chosenEngine(local, install: install)
         switch engine {
         case .pocketsphinx: return FileManager.default.fileExists(atPath: local.modelDirectory)
@@ -304,7 +304,7 @@ public enum SttdApp {
     /// The offline engine `[local]` asks for. Without `engine`, sherpa-onnx when its library and
     /// model are installed, else pocketsphinx; an explicit `moonshine` that is not installed
     /// still gets the sherpa-onnx recognizer, whose sessions then fail with how to install it.
-    public static func localRecognizer(_ local: Configuration.Local, install: SherpaInstall, logger: Logger)
+    static func localRecognizer(_ local: Configuration.Local, install: SherpaInstall, logger: Logger)
         -> any Recognizer
     {
         let (engine, modelDirectory) = chosenEngine(local, install: install)

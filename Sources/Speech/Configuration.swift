@@ -69,19 +69,19 @@ public struct Configuration: Sendable, Equatable {
     /// With clipboard output: also paste into the focused window, then restore the clipboard.
     public var paste = false
     /// With auto-stop on: a session in which nobody speaks stops after this long.
-    public var autoStopNoSpeechMilliseconds: UInt32 = 8000
+    var autoStopNoSpeechMilliseconds: UInt32 = 8000
     /// Desktop notifications when listening starts and stops, and when a session fails.
     public var notify = true
     /// How sandboxed apps are treated.
     public var consent = ConsentPolicy.ask
     /// How long a consent prompt waits for an answer: at most 20 s, below D-Bus's 25 s call timeout.
     public var consentTimeoutMilliseconds: UInt32 = 20_000
-    public var stopTimeoutMilliseconds: UInt32 = 5000
+    var stopTimeoutMilliseconds: UInt32 = 5000
     public var history = true
     /// Sessions older than this many days are deleted at startup and daily; 0 keeps them all.
     public var historyDays = 0
     /// How long a session waits for a restarted sound server before it fails.
-    public var microphoneReconnectMilliseconds: UInt32 = 10_000
+    var microphoneReconnectMilliseconds: UInt32 = 10_000
     public var local = Local()
     public var deepgram = Deepgram()
     public var server = Server()
@@ -291,5 +291,5 @@ public struct Configuration: Sendable, Equatable {
     }
 
     /// Whether a URL host is this machine's loopback (see ``Loopback/contains(_:)``).
-    public static func isLoopback(_ host: String) -> Bool { Loopback.contains(host) }
+    static func isLoopback(_ host: String) -> Bool { Loopback.contains(host) }
 }

@@ -4,20 +4,20 @@ import Recognition
 /// One documented config key. sttd.conf(5) and docs/configuration.md are rendered from
 /// ``Configuration/reference``, whose defaults come from `Configuration()` and whose ranges are
 /// the constants the parser enforces, so the documentation cannot drift from the code.
-public struct ConfigurationKey: Sendable, Equatable {
+struct ConfigurationKey: Sendable, Equatable {
     /// The table: "" for the top level, else e.g. "local".
-    public let section: String
-    public let name: String
+    let section: String
+    let name: String
     /// The default as TOML; nil: unset, which the summary explains.
-    public let defaultValue: String?
+    let defaultValue: String?
     /// What the parser accepts, in words.
-    public let allowed: String
+    let allowed: String
     /// The bounds the parser enforces on a number (tests check both ends).
-    public let range: ClosedRange<Int>?
-    public let summary: String
+    let range: ClosedRange<Int>?
+    let summary: String
 
     /// `section.name`, or `name` at the top level.
-    public var path: String { section.isEmpty ? name : "\(section).\(name)" }
+    var path: String { section.isEmpty ? name : "\(section).\(name)" }
 }
 
 extension ConfigurationKey {
@@ -73,10 +73,10 @@ extension ConfigurationKey {
 
 extension Configuration {
     /// The tables in the order the documentation shows them.
-    public static let referenceSections = ["", "local", "deepgram", "server", "text", "ibus", "debug"]
+    static let referenceSections = ["", "local", "deepgram", "server", "text", "ibus", "debug"]
 
     /// Every key the parser accepts, with its default, what is allowed and what it does.
-    public static var reference: [ConfigurationKey] {
+    static var reference: [ConfigurationKey] {
         let defaults = Configuration()
         let millisecondsOrZero = millisecondsRange(allowZero: true)
         let milliseconds = millisecondsRange(allowZero: false)

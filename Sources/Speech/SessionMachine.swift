@@ -152,7 +152,7 @@ public struct SessionMachine<Options: Sendable & Equatable>: Sendable {
     }
 
     /// Moves to `reconnecting` or back to `listening` while a session recovers on its own.
-    public mutating func setReconnecting(_ reconnecting: Bool) {
+    mutating func setReconnecting(_ reconnecting: Bool) {
         if reconnecting, state == .listening { state = .reconnecting }
         if !reconnecting, state == .reconnecting { state = .listening }
     }

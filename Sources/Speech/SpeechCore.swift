@@ -56,7 +56,7 @@ public actor SpeechCore {
     /// Events from recognizer and capture threads not yet taken by the core, per session. Past
     /// this the session fails (`SessionFailed`) rather than queue without bound. Level readings
     /// do not pass through it (the capture thread publishes them).
-    public static let reportQueueBound = 1024
+    static let reportQueueBound = 1024
     static let shuttingDown = "sttd is shutting down; start it again (`systemctl --user start sttd`)."
 
     /// The event loop the core runs on.
@@ -219,7 +219,7 @@ public actor SpeechCore {
     public nonisolated func update(_ change: (inout SpeechSettings) -> Void) { sharedSettings.withLock { change(&$0) } }
 
     public var state: SessionState { machine.state }
-    public var currentTranscript: String { editor.transcript.text }
+    var currentTranscript: String { editor.transcript.text }
 
     /// Answers once the core is free; the watchdog's proof of life.
     public func isResponsive() -> Bool { true }

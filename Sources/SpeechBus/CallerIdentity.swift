@@ -5,7 +5,7 @@ import Synchronization
 
 /// Who a D-Bus caller is, worked out the way xdg-desktop-portal does it: from the process the
 /// bus daemon vouches for, never from anything the caller says about itself.
-public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
+enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
     /// An unsandboxed process of the same user: it could open the microphone through PulseAudio
     /// anyway, so it is never asked.
     case host
@@ -19,7 +19,7 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
 
     /// The app id decisions are stored under (`snap.NAME` for snaps, as xdg-desktop-portal names
     /// them); nil for host and unknown callers.
-    public var appID: String? {
+    var appID: String? {
         switch self {
         case .flatpak(let id): id
         case .snap(let name): "snap.\(name)"
@@ -27,10 +27,10 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    public var isSandboxed: Bool { self != .host }
+    var isSandboxed: Bool { self != .host }
 
     /// As `ActiveClient` shows it: the app id, `host`, or `unknown`.
-    public var description: String {
+    var description: String {
         switch self {
         case .host: "host"
         case .flatpak, .snap: appID ?? ""
@@ -41,7 +41,7 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
     // MARK: Pure parsing (unit-tested)
 
     /// The app id in a `.flatpak-info` keyfile: `name` in the `[Application]` group.
-    public static func flatpakAppID(keyfile text: String) -> String? {
+    static func flatpakAppID(keyfile text: String) -> String? {
         var inApplication = false
         for rawLine in text.split(whereSeparator: \.isNewline) {
             let line = rawLine.trimmingCharacters(in: .whitespaces)
@@ -60,14 +60,14 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// The snap name in an AppArmor label such as `snap.firefox.firefox (enforce)`.
-    public static func snapName(appArmorLabel label: String) -> String? {
+    static func snapName(appArmorLabel label: String) -> String? {
         let profile = label.split(separator: " ").first.map(String.init) ?? ""
         return snapName(dotted: profile)
     }
 
     /// The snap name in `/proc/PID/cgroup`: a path component `snap.NAME.APP-….scope` (systemd
     /// puts each snap app in such a scope).
-    public static func snapName(cgroup text: String) -> String? {
+    static func snapName(cgroup text: String) -> String? {
         for line in text.split(whereSeparator: \.isNewline) {
             // Each line is `hierarchy:controllers:path`; the path may itself not contain ':'.
             guard let path = line.split(separator: ":", maxSplits: 2, omittingEmptySubsequences: false).last else {
@@ -91,10 +91,10 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
     }
 
     /// Whether `id` is a well-formed app id (see ``AppID/isWellFormed(_:)``).
-    public static func isValidAppID(_ id: String) -> Bool { AppID.isWellFormed(id) }
+    static func isValidAppID(_ id: String) -> Bool { AppID.isWellFormed(id) }
 
     /// Whether `id` names an app decisions can be kept for: a Flatpak app id or `snap.NAME`.
-    public static func isValidDecisionID(_ id: String) -> Bool {
+    static func isValidDecisionID(_ id: String) -> Bool {
         isValidAppID(id)
     }
 
@@ -102,7 +102,7 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
 
     /// The identity of process `pid` owned by `uid`, as seen by a service running as `ownUID`.
     /// `proc` is the procfs mount (tests point it elsewhere).
-    public static func of(pid: UInt32, uid: UInt32, ownUID: UInt32, proc: String = "/proc") -> AppIdentity {
+    static func of(pid: UInt32, uid: UInt32, ownUID: UInt32, proc: String = "/proc") -> AppIdentity {
         guard uid == ownUID else { return .unknown(reason: "the caller runs as another user (uid \(uid))") }
         guard pid > 0 else { return .unknown(reason: "the bus did not say which process is calling") }
         let base = "\(proc)/\(pid)"
@@ -167,8 +167,8 @@ public enum AppIdentity: Sendable, Hashable, CustomStringConvertible {
 /// if that caller calls again). Entries go when the bus says their name has gone, and an identity
 /// whose caller left while it was being read is not kept: a table of callers that left would
 /// only grow (to ``limit``) under short-lived peers.
-public final class IdentityCache: Sendable {
-    public static let limit = 512
+final class IdentityCache: Sendable {
+    static let limit = 512
     private struct State {
         var identities: [String: AppIdentity] = [:]
         var order: [String] = []
@@ -177,11 +177,11 @@ public final class IdentityCache: Sendable {
     }
     private let state = Mutex(State())
 
-    public init() {}
+    init() {}
 
-    public func identity(of uniqueName: String) -> AppIdentity? { state.withLock { $0.identities[uniqueName] } }
+    func identity(of uniqueName: String) -> AppIdentity? { state.withLock { $0.identities[uniqueName] } }
 
-    public func store(_ identity: AppIdentity, for uniqueName: String) {
+    func store(_ identity: AppIdentity, for uniqueName: String) {
         state.withLock { state in
             if state.identities.updateValue(identity, forKey: uniqueName) == nil { state.order.append(uniqueName) }
             while state.order.count > Self.limit {
@@ -191,13 +191,13 @@ public final class IdentityCache: Sendable {
     }
 
     /// Marks the start of reading `uniqueName`'s identity; end it with ``endReading(_:keeping:)``.
-    public func beginReading(_ uniqueName: String) {
+    func beginReading(_ uniqueName: String) {
         state.withLock { $0.reading[uniqueName, default: (0, false)].count += 1 }
     }
 
     /// Ends a read begun with ``beginReading(_:)``, storing `identity` (if given) unless the name
     /// left the bus meanwhile.
-    public func endReading(_ uniqueName: String, keeping identity: AppIdentity?) {
+    func endReading(_ uniqueName: String, keeping identity: AppIdentity?) {
         let left = state.withLock { state -> Bool in
             guard let reading = state.reading[uniqueName] else { return false }
             state.reading[uniqueName] = reading.count > 1 ? (reading.count - 1, reading.left) : nil
@@ -207,7 +207,7 @@ public final class IdentityCache: Sendable {
     }
 
     /// Forgets a name the bus has released.
-    public func forget(_ uniqueName: String) {
+    func forget(_ uniqueName: String) {
         state.withLock { state in
             state.reading[uniqueName]?.left = true
             guard state.identities.removeValue(forKey: uniqueName) != nil else { return }
@@ -215,8 +215,8 @@ public final class IdentityCache: Sendable {
         }
     }
 
-    public var count: Int { state.withLock { $0.identities.count } }
+    var count: Int { state.withLock { $0.identities.count } }
 
     /// Names being read now (tests check that nothing is left behind).
-    public var readingCount: Int { state.withLock { $0.reading.count } }
+    var readingCount: Int { state.withLock { $0.reading.count } }
 }

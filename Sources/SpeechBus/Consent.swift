@@ -52,7 +52,7 @@ public final class Consent: Sendable {
 
     public let policy: ConsentPolicy
     public let store: any ConsentStore
-    public let identities = IdentityCache()
+    let identities = IdentityCache()
     let connection: DBusConnection
     let timeout: Duration
     let logger: Logger
@@ -189,7 +189,7 @@ public final class Consent: Sendable {
     // MARK: Deciding
 
     /// The caller's identity: cached, or read now from the bus's credentials and `/proc`.
-    public func identity(of sender: String) async -> AppIdentity {
+    func identity(of sender: String) async -> AppIdentity {
         if let known = identities.identity(of: sender) { return known }
         identities.beginReading(sender)
         let identity: AppIdentity

@@ -110,19 +110,19 @@ public struct PermissionStoreConsent: ConsentStore {
 
 /// sttd's own store when the desktop has no permission store: a small text file,
 /// `$XDG_DATA_HOME/sttd/consent`, one `APP_ID yes|no` per line, replaced atomically.
-public final class FileConsentStore: ConsentStore {
-    public let path: String
+final class FileConsentStore: ConsentStore {
+    let path: String
     // Serializes read-modify-write of the file within this process.
     let lock = Mutex(())
 
-    public init(path: String) { self.path = path }
+    init(path: String) { self.path = path }
 
     /// `consent` in ``DataDirectory``, where history is too.
-    public static func defaultPath(environment: [String: String]) -> String {
+    static func defaultPath(environment: [String: String]) -> String {
         "\(DataDirectory.path(environment: environment))/consent"
     }
 
-    public var description: String { "sttd's own file \(path)" }
+    var description: String { "sttd's own file \(path)" }
 
     /// Parses the file's text; lines that do not parse are skipped.
     static func parse(_ text: String) -> [String: ConsentDecision] {
@@ -149,11 +149,11 @@ public final class FileConsentStore: ConsentStore {
         return Self.parse(text)
     }
 
-    public func decisions() async throws(DBusError) -> [String: ConsentDecision] {
+    func decisions() async throws(DBusError) -> [String: ConsentDecision] {
         try lock.withLock { _ throws(DBusError) in try read() }
     }
 
-    public func set(_ decision: ConsentDecision?, for app: String) async throws(DBusError) {
+    func set(_ decision: ConsentDecision?, for app: String) async throws(DBusError) {
         try lock.withLock { _ throws(DBusError) in
             var decisions = try read()
             decisions[app] = decision

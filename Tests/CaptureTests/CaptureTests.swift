@@ -1,9 +1,10 @@
-import Capture
 import Foundation
 import Logging
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import Capture
 
 @Suite("Level meter")
 struct LevelMeterTests {

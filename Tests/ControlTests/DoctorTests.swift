@@ -1,6 +1,7 @@
-import Control
 import Foundation
 import Testing
+
+@testable import Control
 
 /// `sttctl doctor`'s checks, from facts a test chooses: each broken set-up names its fix.
 @Suite("sttctl doctor's checks")

@@ -1,9 +1,10 @@
 import DBus
 import Foundation
-import InputMethod
 import SpeechAPI
 import TestSupport
 import Testing
+
+@testable import InputMethod
 
 /// The input method's rules, in-process: events in, actions out.
 @Suite struct EngineMachineTests {

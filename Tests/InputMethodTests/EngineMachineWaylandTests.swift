@@ -1,6 +1,7 @@
-import InputMethod
 import SpeechAPI
 import Testing
+
+@testable import InputMethod
 
 /// KWin's fields through ibus-wayland: their purpose comes from `sttd-ibus --wayland`.
 @Suite struct EngineMachineWaylandTests {

@@ -1,9 +1,10 @@
 import DBus
 import Foundation
-import Recognition
 import SpeechAPI
 import TestSupport
 import Testing
+
+@testable import Recognition
 
 extension Integration {
     /// What other local clients of sttd's `/v1/listen` server can do to the user's dictation:

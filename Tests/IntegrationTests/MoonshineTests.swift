@@ -1,9 +1,10 @@
 import DBus
 import Foundation
-import Recognition
 import SpeechAPI
 import TestSupport
 import Testing
+
+@testable import Recognition
 
 extension Integration {
     @Suite("Dictating with sherpa-onnx + Moonshine (the default offline engine)", .serialized)

@@ -1,8 +1,9 @@
 import Foundation
-import ListenServer
-import Recognition
 import TestSupport
 import Testing
+
+@testable import ListenServer
+@testable import Recognition
 
 /// An engine that cannot take another session now (pocketsphinx while the user dictates), or
 /// cannot start one at all.

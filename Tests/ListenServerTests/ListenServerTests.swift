@@ -1,11 +1,12 @@
 import Capture
 import Foundation
-import ListenServer
 import Logging
-import Recognition
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import ListenServer
+@testable import Recognition
 
 @Suite("The local /v1/listen server against a fake engine", .timeLimit(.minutes(2)))
 struct ListenServerProtocolTests {

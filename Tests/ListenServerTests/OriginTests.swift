@@ -1,8 +1,9 @@
 import Foundation
-import ListenServer
-import Recognition
 import TestSupport
 import Testing
+
+@testable import ListenServer
+@testable import Recognition
 
 /// A web page the user visits can open a WebSocket to loopback; its browser always says which
 /// page it is (`Origin`). Only pages listed in `allowed_origins` get the engine; local programs

@@ -1,5 +1,6 @@
-import ListenServer
 import Testing
+
+@testable import ListenServer
 
 @Suite("How a stream ends (StreamMachine)")
 struct StreamMachineTests {

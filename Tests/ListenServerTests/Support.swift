@@ -4,11 +4,12 @@ import ListenServer
 import Logging
 import NIOCore
 import NIOPosix
-import Recognition
 import ServiceLifecycle
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import Recognition
 
 /// A recognizer whose transcript is computed from the audio it got: one word (`w1`, `w2`, …) per
 /// half second, an interim after each chunk that completed a word, and a final of the pending

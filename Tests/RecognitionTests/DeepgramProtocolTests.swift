@@ -1,7 +1,8 @@
 import Capture
 import Foundation
-import Recognition
 import Testing
+
+@testable import Recognition
 
 @Suite("Deepgram protocol values")
 struct DeepgramProtocolTests {

@@ -1,9 +1,10 @@
 import Capture
 import Foundation
 import Logging
-import Recognition
 import TestSupport
 import Testing
+
+@testable import Recognition
 
 /// Keeps a session's events in order; tests wait on them instead of sleeping.
 final class EventCollector: RecognitionEventSink {

@@ -1,5 +1,6 @@
-import Recognition
 import Testing
+
+@testable import Recognition
 
 @Suite("Recognizer text")
 struct RecognitionTextTests {

@@ -2,10 +2,11 @@ import Capture
 import Dictation
 import Foundation
 import Logging
-import Recognition
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import Recognition
 
 /// The sherpa-onnx engine as scripts/setup installs it next to the build; a missing install fails.
 func installedSherpa(unloadAfter: Duration = .seconds(300)) throws -> SherpaSettings {

@@ -4,11 +4,12 @@ import Foundation
 import History
 import Logging
 import Service
-import Speech
 import SpeechAPI
 import SpeechBus
 import TestSupport
 import Testing
+
+@testable import Speech
 
 let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
     .deletingLastPathComponent().path

@@ -6,6 +6,7 @@ import TestSupport
 import Testing
 
 @testable import DBus
+@testable import SpeechBus
 
 /// What sttd keeps about its callers, with real short-lived callers and a forging peer.
 @Suite("Per-caller state", .serialized, .timeLimit(.minutes(3)))

@@ -1,8 +1,8 @@
 import Foundation
-import SpeechBus
 import Testing
 
 @testable import Service
+@testable import SpeechBus
 
 @Suite("Data folders")
 struct DataFolderTests {

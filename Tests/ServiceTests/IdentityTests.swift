@@ -1,5 +1,4 @@
 import Foundation
-import SpeechBus
 import TestSupport
 import Testing
 

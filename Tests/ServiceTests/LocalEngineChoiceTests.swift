@@ -1,8 +1,9 @@
 import Logging
 import Recognition
-import Service
 import Speech
 import Testing
+
+@testable import Service
 
 @Suite("Choosing the offline engine")
 struct LocalEngineChoiceTests {

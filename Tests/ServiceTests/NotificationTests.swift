@@ -1,8 +1,9 @@
 import DBus
-import Speech
 import SpeechAPI
 import TestSupport
 import Testing
+
+@testable import Speech
 
 @Suite("Desktop notifications", .serialized)
 struct NotificationTests {

@@ -1,6 +1,7 @@
 import Foundation
-import Speech
 import Testing
+
+@testable import Speech
 
 /// sttd.conf(5) and docs/configuration.md are rendered from `Configuration.reference`; these
 /// tests hold that table to the parser, so the documentation cannot drift from the code.

@@ -1,5 +1,6 @@
-import Speech
 import Testing
+
+@testable import Speech
 
 @Suite("Configuration")
 struct ConfigurationTests {

@@ -2,9 +2,10 @@ import Foundation
 import History
 import Logging
 import NIOCore
-import Speech
 import TestSupport
 import Testing
+
+@testable import Speech
 
 /// A core with a fake microphone and recognizer, its events logged, its history in a temp file.
 struct CoreHarness {

@@ -1,7 +1,6 @@
 import Capture
 import NIOCore
 import Recognition
-import Speech
 import TestSupport
 import Testing
 

@@ -1,5 +1,6 @@
-import Speech
 import Testing
+
+@testable import Speech
 
 typealias Machine = SessionMachine<String>
 

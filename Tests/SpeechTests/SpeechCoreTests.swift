@@ -2,10 +2,11 @@ import Capture
 import Foundation
 import NIOCore
 import Recognition
-import Speech
 import Synchronization
 import TestSupport
 import Testing
+
+@testable import Speech
 
 @Suite("Speech core, in process")
 struct SpeechCoreTests {

@@ -1,5 +1,4 @@
 import Recognition
-import Speech
 import TestSupport
 import Testing
 

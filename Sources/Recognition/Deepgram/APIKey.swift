@@ -28,7 +28,7 @@ public struct APIKey: Sendable, Equatable, CustomStringConvertible, CustomDebugS
     }
 
     /// Removes every occurrence of the key from a text (for server-supplied error bodies).
-    public func redact(_ text: String) -> String {
+    func redact(_ text: String) -> String {
         value.isEmpty ? text : text.replacingOccurrences(of: value, with: "<redacted>")
     }
 

@@ -18,7 +18,7 @@ public enum DeepgramProtocol {
 
     /// The stream URL: audio format, model, language, interim results, one `keyterm` (or
     /// `keywords`) per term, then the pass-through parameters (sorted, so the URL is stable).
-    public static func streamURL(
+    static func streamURL(
         base: String, model: String, language: String, interimResults: Bool, keyterms: [String],
         parameters: [String: String]
     ) -> URL? {
@@ -42,12 +42,12 @@ public enum DeepgramProtocol {
     }
 
     /// Client control messages; they travel in the same ordered queue as audio.
-    public static let keepAlive = #"{"type":"KeepAlive"}"#
-    public static let finalize = #"{"type":"Finalize"}"#
-    public static let closeStream = #"{"type":"CloseStream"}"#
+    static let keepAlive = #"{"type":"KeepAlive"}"#
+    static let finalize = #"{"type":"Finalize"}"#
+    static let closeStream = #"{"type":"CloseStream"}"#
 
     /// A server message, decoded leniently: unknown fields are ignored, optional ones may be missing.
-    public enum ServerMessage: Sendable, Equatable {
+    enum ServerMessage: Sendable, Equatable {
         case results(Results)
         case metadata(requestID: String?)
         case utteranceEnd(lastWordEnd: Double?)
@@ -56,26 +56,26 @@ public enum DeepgramProtocol {
     }
 
     /// A `Results` message.
-    public struct Results: Sendable, Equatable {
+    struct Results: Sendable, Equatable {
         /// Seconds from the start of this connection's audio.
-        public var start: Double
-        public var duration: Double
-        public var isFinal: Bool
-        public var speechFinal: Bool
-        public var fromFinalize: Bool
-        public var transcript: String
-        public var confidence: Double?
-        public var wordCount: Int
+        var start: Double
+        var duration: Double
+        var isFinal: Bool
+        var speechFinal: Bool
+        var fromFinalize: Bool
+        var transcript: String
+        var confidence: Double?
+        var wordCount: Int
 
-        public var end: Double { start + duration }
+        var end: Double { start + duration }
     }
 
     /// A frame that is not a message sttd understands.
-    public struct MalformedMessage: Error, Sendable, CustomStringConvertible {
-        public var description: String
+    struct MalformedMessage: Error, Sendable, CustomStringConvertible {
+        var description: String
     }
 
-    public static func decode(_ text: String) throws(MalformedMessage) -> ServerMessage {
+    static func decode(_ text: String) throws(MalformedMessage) -> ServerMessage {
         guard let data = text.data(using: .utf8),
             let object = (try? JSONSerialization.jsonObject(with: data)) as? [String: Any]
         else { throw MalformedMessage(description: "not a JSON object") }
@@ -119,12 +119,12 @@ public enum DeepgramProtocol {
     }
 
     /// Whether a close code means "try again" (protocol doc's table).
-    public static func isRetryable(closeCode: UInt16) -> Bool {
+    static func isRetryable(closeCode: UInt16) -> Bool {
         closeCode == 1011 || closeCode == 1006 || closeCode == 1001 || closeCode == 1012 || closeCode == 1013
     }
 
     /// Whether a refused handshake is worth retrying: rate limits and server errors.
-    public static func isRetryable(handshakeStatus status: Int) -> Bool {
+    static func isRetryable(handshakeStatus status: Int) -> Bool {
         status == 429 || status == 408 || (500...599).contains(status)
     }
 }
@@ -140,14 +140,14 @@ public enum DeepgramProtocol {
 /// may be released when more than `capacity` is held; it just can no longer be replayed
 /// (`released` counts it). Audio not yet sent is never dropped: ``append(_:)`` throws
 /// ``Overflow`` instead, and the session fails rather than lose words silently.
-public struct StreamLedger: Sendable {
+struct StreamLedger: Sendable {
     /// Unsent audio would exceed the capacity: the connection was down longer than the buffer holds.
-    public struct Overflow: Error, Sendable, Equatable {
-        public var unsent: Int
-        public var capacity: Int
+    struct Overflow: Error, Sendable, Equatable {
+        var unsent: Int
+        var capacity: Int
     }
 
-    public let capacity: Int
+    let capacity: Int
     /// Audio held, oldest first, with its start position; `chunks[head...]` is live (a moving
     /// head instead of removeFirst, so releasing is O(1)).
     private var chunks: [(start: Int, samples: [Int16])] = []
@@ -155,23 +155,23 @@ public struct StreamLedger: Sendable {
     /// Index of the first chunk not yet sent on the current connection.
     private var next = 0
     /// Samples received from capture so far.
-    public private(set) var captured = 0
+    private(set) var captured = 0
     /// Everything before this position has been answered for with a final (or released).
-    public private(set) var committed = 0
+    private(set) var committed = 0
     /// Session position of the current connection's time 0.
-    public private(set) var connectionBase = 0
+    private(set) var connectionBase = 0
     /// End of the last final accepted, in session seconds (for dropping duplicates).
-    public private(set) var lastFinalEnd = 0.0
+    private(set) var lastFinalEnd = 0.0
     /// Samples sent but released unanswered because the buffer was full (cannot be replayed).
-    public private(set) var released = 0
+    private(set) var released = 0
 
-    public init(capacity: Duration = .seconds(60)) {
+    init(capacity: Duration = .seconds(60)) {
         self.capacity = AudioFormat.samples(in: capacity)
     }
 
     /// Adds captured audio, releasing the oldest sent audio past `capacity`.
     /// - Throws: ``Overflow`` (and keeps nothing of `chunk`) when the unsent audio would exceed `capacity`.
-    public mutating func append(_ chunk: AudioChunk) throws(Overflow) {
+    mutating func append(_ chunk: AudioChunk) throws(Overflow) {
         guard unsent + chunk.samples.count <= capacity else {
             throw Overflow(unsent: unsent + chunk.samples.count, capacity: capacity)
         }
@@ -189,30 +189,30 @@ public struct StreamLedger: Sendable {
     /// Starts a new connection: everything held is to be sent (again), its first sample being the
     /// connection's time 0. Returns the samples to replay.
     @discardableResult
-    public mutating func beginConnection() -> Int {
+    mutating func beginConnection() -> Int {
         connectionBase = head < chunks.count ? chunks[head].start : captured
         next = head
         return unsent
     }
 
     /// The oldest audio not yet sent on this connection, marked as sent.
-    public mutating func takeUnsent() -> [Int16]? {
+    mutating func takeUnsent() -> [Int16]? {
         guard next < chunks.count else { return nil }
         next += 1
         return chunks[next - 1].samples
     }
 
     /// Samples captured but not yet sent on this connection.
-    public var unsent: Int { captured - (next < chunks.count ? chunks[next].start : captured) }
+    var unsent: Int { captured - (next < chunks.count ? chunks[next].start : captured) }
 
     /// Session seconds of a time on the current connection.
-    public func sessionTime(_ connectionSeconds: Double) -> Double {
+    func sessionTime(_ connectionSeconds: Double) -> Double {
         Double(connectionBase) / Double(AudioFormat.sampleRate) + connectionSeconds
     }
 
     /// Takes a final: true if it is new, false if it repeats audio already finalized
     /// (a replay after reconnecting). Releases the audio it answers for.
-    public mutating func acceptFinal(start: Double, duration: Double) -> Bool {
+    mutating func acceptFinal(start: Double, duration: Double) -> Bool {
         let end = sessionTime(start + duration)
         // Half a frame of slack for rounding in the server's timestamps.
         guard end > lastFinalEnd + 0.005 else { return false }
@@ -233,13 +233,13 @@ public struct StreamLedger: Sendable {
 
     /// The audio not yet answered for, and the session position of its first sample: what
     /// another engine takes over when the stream is given up.
-    public var unansweredAudio: (start: Int, samples: [Int16]) {
+    var unansweredAudio: (start: Int, samples: [Int16]) {
         let live = chunks[head...]
         return (live.first?.start ?? captured, live.flatMap(\.samples))
     }
 
     /// Samples not yet answered for.
-    public var unanswered: Int { captured - (head < chunks.count ? chunks[head].start : captured) }
+    var unanswered: Int { captured - (head < chunks.count ? chunks[head].start : captured) }
 
     /// Drops released chunks from storage once they make up most of it.
     private mutating func compact() {
@@ -252,19 +252,19 @@ public struct StreamLedger: Sendable {
 
 /// Keeps audio within the protocol's rate limit on one connection: at most 1.2x real time (the
 /// protocol allows 1.25x) after a half-second head start, so a replay never floods the server.
-public struct Pacer: Sendable {
+struct Pacer: Sendable {
     private let started: ContinuousClock.Instant
     private var sentSeconds = 0.0
 
-    public init(started: ContinuousClock.Instant = .now) { self.started = started }
+    init(started: ContinuousClock.Instant = .now) { self.started = started }
 
     /// How long to wait before sending more.
-    public func wait(at now: ContinuousClock.Instant) -> Duration {
+    func wait(at now: ContinuousClock.Instant) -> Duration {
         let ahead = sentSeconds - 1.2 * (now - started).seconds - 0.5
         return ahead > 0 ? .seconds(ahead / 1.2) : .zero
     }
 
-    public mutating func sent(samples: Int) {
+    mutating func sent(samples: Int) {
         sentSeconds += Double(samples) / Double(AudioFormat.sampleRate)
     }
 }

@@ -16,13 +16,13 @@ public struct DeepgramSettings: Sendable {
     /// Retries of a connection lost during a session.
     public var backoff: Backoff
     /// Audio kept for replay after a dropped connection (see ``StreamLedger`` for the policy).
-    public var replayCapacity: Duration
+    var replayCapacity: Duration
     /// How long connecting may take: one attempt (TCP, proxy, TLS, handshake), and for a
     /// session's first connection all its retries of 429, 5xx and network errors together.
     /// Clamped to 0.1...15 s.
     public var connectTimeout: Duration
     /// A KeepAlive goes out when nothing else did for this long (the protocol asks for 3-5 s).
-    public var keepAliveInterval: Duration
+    var keepAliveInterval: Duration
 
     public init(
         url: String, useSubprotocol: Bool = false, apiKeyFile: String = "", model: String = "nova-3",

@@ -5,19 +5,19 @@ import NIOHTTP1
 import NIOSOCKS
 
 /// A proxy to tunnel the stream through, from the usual environment variables.
-public struct ProxySettings: Sendable, Equatable {
-    public enum Kind: Sendable, Equatable {
+struct ProxySettings: Sendable, Equatable {
+    enum Kind: Sendable, Equatable {
         /// An HTTP proxy, tunnelled with CONNECT.
         case httpConnect
         /// A SOCKS5 proxy.
         case socks5
     }
 
-    public var kind: Kind
-    public var host: String
-    public var port: Int
+    var kind: Kind
+    var host: String
+    var port: Int
 
-    public init(kind: Kind, host: String, port: Int) {
+    init(kind: Kind, host: String, port: Int) {
         self.kind = kind
         self.host = host
         self.port = port
@@ -26,7 +26,7 @@ public struct ProxySettings: Sendable, Equatable {
     /// The proxy for `url`: `https_proxy` (wss) or `http_proxy` (ws), else `all_proxy`, in lower
     /// or upper case; none if `no_proxy` lists the host (exactly, as a domain suffix, or `*`),
     /// and never for a loopback host: the proxy would carry the key and audio off the machine.
-    public static func forURL(_ url: URL, environment: [String: String]) -> ProxySettings? {
+    static func forURL(_ url: URL, environment: [String: String]) -> ProxySettings? {
         guard let host = url.host?.lowercased(), !Loopback.contains(host) else { return nil }
         func variable(_ name: String) -> String? {
             (environment[name] ?? environment[name.uppercased()]).flatMap { $0.isEmpty ? nil : $0 }

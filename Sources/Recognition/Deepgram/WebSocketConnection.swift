@@ -8,22 +8,22 @@ import NIOWebSocket
 import Synchronization
 
 /// A refused WebSocket handshake: the server answered with a plain HTTP response.
-public struct HandshakeRefusal: Error, Sendable, Equatable {
-    public var status: Int
-    public var headers: [(String, String)]
-    public var body: String
+struct HandshakeRefusal: Error, Sendable, Equatable {
+    var status: Int
+    var headers: [(String, String)]
+    var body: String
 
-    public static func == (lhs: HandshakeRefusal, rhs: HandshakeRefusal) -> Bool {
+    static func == (lhs: HandshakeRefusal, rhs: HandshakeRefusal) -> Bool {
         lhs.status == rhs.status && lhs.body == rhs.body
     }
 
-    public func header(_ name: String) -> String? {
+    func header(_ name: String) -> String? {
         headers.first { $0.0.lowercased() == name.lowercased() }?.1
     }
 }
 
 /// Why a connection ended.
-public enum WebSocketEnd: Sendable, Equatable {
+enum WebSocketEnd: Sendable, Equatable {
     /// The server sent a close frame.
     case closed(code: UInt16, reason: String)
     /// The TCP connection ended without a close frame (1006 in WebSocket terms).
@@ -31,7 +31,7 @@ public enum WebSocketEnd: Sendable, Equatable {
 }
 
 /// An inbound message.
-public enum WebSocketMessage: Sendable, Equatable {
+enum WebSocketMessage: Sendable, Equatable {
     case text(String)
     case binary(Int)
 }
@@ -52,16 +52,16 @@ public enum WebSocketMessage: Sendable, Equatable {
 /// ``maxQueuedBytes`` (10 s of audio) may be queued but not yet written to the socket; past that
 /// the connection counts as stalled and is aborted (``end`` says so), so its owner reconnects and
 /// replays from its ledger instead of queueing without limit.
-public final class WebSocketConnection: Sendable {
+final class WebSocketConnection: Sendable {
     /// Called on the event loop for each message, in order; must not block.
-    public typealias MessageHandler = @Sendable (WebSocketMessage) -> Void
+    typealias MessageHandler = @Sendable (WebSocketMessage) -> Void
 
     /// Bytes that may wait to be written before the connection counts as stalled: 10 s of
     /// 16 kHz 16-bit audio (100 frames of 100 ms).
-    public static let maxQueuedBytes = 320_000
+    static let maxQueuedBytes = 320_000
     /// How long the body of a refused handshake is read, for its message only: the status has
     /// already decided the outcome.
-    public static let refusalBodyTimeout = Duration.seconds(2)
+    static let refusalBodyTimeout = Duration.seconds(2)
 
     private let channel: any Channel
     private let endPromise: EventLoopPromise<WebSocketEnd>
@@ -74,7 +74,7 @@ public final class WebSocketConnection: Sendable {
 
     /// How the connection ended; waits until it does. Cancelling the waiting task aborts the
     /// connection (the wait still lasts until the channel has closed, which is soon).
-    public var end: WebSocketEnd {
+    var end: WebSocketEnd {
         get async {
             await withTaskCancellationHandler {
                 (try? await endPromise.futureResult.get()) ?? .dropped("connection ended")
@@ -90,7 +90,7 @@ public final class WebSocketConnection: Sendable {
     /// cancellation: the channel is closed and `CancellationError` thrown at once.
     /// - Throws: ``HandshakeRefusal`` if the server answered without upgrading; `CancellationError`;
     ///   other errors for network and TLS failures and the timeout.
-    public static func connect(
+    static func connect(
         url: URL, headers: [(String, String)], tls: TLSConfiguration?, proxy: ProxySettings? = nil,
         timeout: Duration = .seconds(10), on eventLoop: (any EventLoop)? = nil, logger: Logger,
         onMessage: @escaping MessageHandler
@@ -169,14 +169,14 @@ public final class WebSocketConnection: Sendable {
     }
 
     /// Queues a text frame; frames go out in the order queued.
-    public func send(text: String) {
+    func send(text: String) {
         var buffer = channel.allocator.buffer(capacity: text.utf8.count)
         buffer.writeString(text)
         write(WebSocketFrame(fin: true, opcode: .text, maskKey: .random(), data: buffer))
     }
 
     /// Queues a binary frame (never an empty one: servers read that as end of stream).
-    public func send(binary samples: [Int16]) {
+    func send(binary samples: [Int16]) {
         guard !samples.isEmpty else { return }
         var buffer = channel.allocator.buffer(capacity: samples.count * 2)
         #if _endian(little)
@@ -188,32 +188,32 @@ public final class WebSocketConnection: Sendable {
     }
 
     /// Queues a binary frame of raw bytes, as given (tests send odd lengths and garbage with it).
-    public func send(bytes: [UInt8]) {
+    func send(bytes: [UInt8]) {
         var buffer = channel.allocator.buffer(capacity: bytes.count)
         buffer.writeBytes(bytes)
         write(WebSocketFrame(fin: true, opcode: .binary, maskKey: .random(), data: buffer))
     }
 
     /// Sends a close frame and stops writing.
-    public func close(code: UInt16 = 1000) {
+    func close(code: UInt16 = 1000) {
         var buffer = channel.allocator.buffer(capacity: 2)
         buffer.writeInteger(code)
         write(WebSocketFrame(fin: true, opcode: .connectionClose, maskKey: .random(), data: buffer))
     }
 
     /// Drops the connection at once.
-    public func abort() {
+    func abort() {
         channel.close(promise: nil)
     }
 
     /// Sends `text` whenever nothing else went out for `interval`, until the connection ends.
-    public func keepAlive(_ text: String, every interval: Duration) {
+    func keepAlive(_ text: String, every interval: Duration) {
         keepAlive(every: interval) { [self] in send(text: text) }
     }
 
     /// Calls `due` on the event loop whenever nothing went out for `interval`, until the
     /// connection ends; `due` sends a keep-alive, or nothing when none is wanted any more.
-    public func keepAlive(every interval: Duration, due: @escaping @Sendable () -> Void) {
+    func keepAlive(every interval: Duration, due: @escaping @Sendable () -> Void) {
         let quietLimit = TimeAmount(interval)
         // One timer, armed for when the connection would have been quiet that long.
         @Sendable func arm(at deadline: NIODeadline) {
@@ -303,8 +303,8 @@ public final class WebSocketConnection: Sendable {
 }
 
 /// A transport error other than a refused handshake.
-public struct WebSocketError: Error, Sendable, CustomStringConvertible {
-    public var description: String
+struct WebSocketError: Error, Sendable, CustomStringConvertible {
+    var description: String
     init(_ description: String) { self.description = description }
 }
 

@@ -17,14 +17,14 @@ public struct SherpaSettings: Sendable, Equatable {
     public var unloadAfter: Duration
     /// How far the decoder may fall behind (audio queued while it loads or decodes) before a
     /// session fails.
-    public var maxQueuedAudio: Duration = .seconds(30)
+    var maxQueuedAudio: Duration = .seconds(30)
     /// onnxruntime threads per decode. One: a second one doubles the CPU a decode costs on two
     /// cores for no latency worth it (see the performance notes).
     public var threads: Int32 = 1
     /// Decodes that may run at once: two, one per core here, so a final need not wait for
     /// another session's decode (or its own session's interim). With the converted weights a
     /// decode running beside another costs only its activations, not a second model.
-    public var decoderThreads = 2
+    var decoderThreads = 2
     /// Run the model in a child process started from this executable (sttd itself, with
     /// `--offline-engine-worker`): unloading then gives all of onnxruntime's memory back, and an
     /// engine crash cannot take the service down. Nil: in this process.
@@ -78,11 +78,11 @@ public final class SherpaOnnxRecognizer: Recognizer {
     deinit { decoders.close() }
 
     /// Whether the model is in memory now.
-    public var isModelLoaded: Bool { decoders.shared.loaded.load(ordering: .relaxed) }
+    var isModelLoaded: Bool { decoders.shared.loaded.load(ordering: .relaxed) }
     /// How many times the model was loaded so far.
-    public var loadCount: Int { decoders.shared.loads.load(ordering: .relaxed) }
+    var loadCount: Int { decoders.shared.loads.load(ordering: .relaxed) }
     /// How many times loading the model failed so far.
-    public var failedLoadCount: Int { decoders.shared.failedLoads.load(ordering: .relaxed) }
+    var failedLoadCount: Int { decoders.shared.failedLoads.load(ordering: .relaxed) }
 
     /// Everything short of loading the model: the library opens, the model's files are there, and
     /// the same files did not fail to load before.
@@ -119,7 +119,7 @@ public final class SherpaOnnxRecognizer: Recognizer {
 
     /// Decodes `samples` (16 kHz, -1…1) in one piece with a model of its own, as sherpa-onnx's
     /// examples do: the reference that tests and benchmarks hold sessions against.
-    public static func transcribe(_ samples: [Float], settings: SherpaSettings) throws(RecognitionError) -> String {
+    static func transcribe(_ samples: [Float], settings: SherpaSettings) throws(RecognitionError) -> String {
         try SherpaReference(settings: settings).decode(samples)
     }
 }
