@@ -16,19 +16,19 @@ import Synchronization
 import UnixSignals
 
 /// Why sttd could not start: a message for the person and the exit code.
-public struct StartupError: Error, Sendable, CustomStringConvertible {
-    public var exitCode: Int32
-    public var message: String
-    public var description: String { message }
+struct StartupError: Error, Sendable, CustomStringConvertible {
+    var exitCode: Int32
+    var message: String
+    var description: String { message }
 }
 
 /// A built sttd: the speech core, its bus adapter and the services that run them. `sttd`'s
 /// `main` and the in-process tests build it the same way.
-public final class SttdApplication: Sendable {
-    public let core: SpeechCore
-    public let adapter: SpeechBusAdapter
-    public let consent: Consent
-    public let connection: DBusConnection
+final class SttdApplication: Sendable {
+    let core: SpeechCore
+    let adapter: SpeechBusAdapter
+    let consent: Consent
+    let connection: DBusConnection
     private let group: ServiceGroup
 
     fileprivate init(
@@ -42,10 +42,10 @@ public final class SttdApplication: Sendable {
     }
 
     /// Serves until a shutdown signal, ``shutDown()`` or the loss of the bus.
-    public func run() async throws { try await group.run() }
+    func run() async throws { try await group.run() }
 
     /// Shuts down as SIGTERM does: a listening session stops (its finals stored), then the bus closes.
-    public func shutDown() async { await group.triggerGracefulShutdown() }
+    func shutDown() async { await group.triggerGracefulShutdown() }
 }
 
 /// What `sttd` does, callable from its thin `@main` and from tests.
@@ -102,7 +102,7 @@ public enum SttdApp {
     ///   - recognizers: the engines; by default pocketsphinx and the Deepgram-compatible client
     ///     as `configuration` says.
     ///   - shutdownSignals: the signals that shut the service down gracefully (none in tests).
-    public static func build(
+    static func build(
         configuration: Configuration, environment: [String: String], bus: DBusConnection.Bus = .session,
         microphone: (any Microphone)? = nil, recognizers: Recognizers? = nil,
         shutdownSignals: [UnixSignal] = [], logger: Logger

@@ -3,12 +3,12 @@ import DBus
 import Foundation
 import History
 import Logging
-import Service
 import SpeechAPI
 import SpeechBus
 import TestSupport
 import Testing
 
+@testable import Service
 @testable import Speech
 
 let packageRoot = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()

@@ -1,11 +1,11 @@
 import DBus
 import Foundation
-import Service
 import SpeechAPI
 import TestSupport
 import Testing
 
 @testable import DBus
+@testable import Service
 @testable import SpeechBus
 
 /// What sttd keeps about its callers, with real short-lived callers and a forging peer.

@@ -3,6 +3,7 @@ import SpeechAPI
 import TestSupport
 import Testing
 
+@testable import Service
 @testable import Speech
 
 @Suite("Desktop notifications", .serialized)

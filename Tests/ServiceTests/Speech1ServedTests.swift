@@ -2,6 +2,7 @@ import DBus
 import SpeechAPI
 import Testing
 
+@testable import Service
 @testable import SpeechBus
 
 @Suite("The interface's declaration")
