@@ -7,7 +7,7 @@ import Synchronization
 ///
 /// At most ``backlog`` steps wait behind the running one (as the Output module's queue did): a
 /// step beyond that is not done, and says so, rather than queue without bound behind a tool
-/// that hangs.
+/// that hangs. Its refusals wait as one (the problem is the same), so the queue stays bounded.
 struct OutputLane: Sendable {
     static let backlog = 64
     static let fellBehind =
@@ -19,6 +19,8 @@ struct OutputLane: Sendable {
         case retract(String)
         /// Nothing may be typed now: this problem says why.
         case refused(String)
+        /// Steps were refused past the backlog.
+        case fellBehind
         /// The session is over; then the machine hears `outcome`, if any.
         case finish(transcript: String?, then: SessionMachine<StartOptions>.Event?)
     }
@@ -29,6 +31,8 @@ struct OutputLane: Sendable {
 
     private final class Pending: Sendable {
         let count = Atomic(0)
+        /// A "fell behind" refusal is queued and not yet reported.
+        let refusalQueued = Atomic(false)
     }
 
     /// Starts the lane as a job of `core`; nil when the core is shutting down.
@@ -44,7 +48,8 @@ struct OutputLane: Sendable {
     func send(_ step: Step) {
         guard pending.count.wrappingAdd(1, ordering: .relaxed).newValue <= Self.backlog + 1 else {
             pending.count.wrappingSubtract(1, ordering: .relaxed)
-            return refuse(Self.fellBehind)
+            if !pending.refusalQueued.exchange(true, ordering: .relaxed) { steps.yield(.fellBehind) }
+            return
         }
         steps.yield(step)
     }
@@ -70,13 +75,16 @@ struct OutputLane: Sendable {
             case .press(let key): problem = await session.press(key)
             case .retract(let typed): problem = await session.retract(typed)
             case .refused(let why): problem = why
+            case .fellBehind:
+                pending.refusalQueued.store(false, ordering: .relaxed)
+                problem = Self.fellBehind
             case .finish(let transcript, let then):
                 problem = await session.finish(transcript: transcript)
                 outcome = then
             }
             switch step {
             case .type, .press, .retract: pending.count.wrappingSubtract(1, ordering: .relaxed)
-            case .refused, .finish: break
+            case .refused, .fellBehind, .finish: break
             }
             if let problem {
                 if problem != lastProblem { await core.outputFailed(problem) }

@@ -203,7 +203,10 @@ public struct InputMethodState: DBusRepresentable, Equatable {
     }
 
     /// The keys of the `a{sv}` argument, each a boolean; a missing key is false.
-    public static let keys = ["active", "focused", "secret", "push_to_talk"]
+    private static let fields: [(key: String, flag: any WritableKeyPath<InputMethodState, Bool> & Sendable)] = [
+        ("active", \.active), ("focused", \.focused), ("secret", \.secret), ("push_to_talk", \.pushToTalk),
+    ]
+    public static var keys: [String] { fields.map(\.key) }
 
     /// The value of the `InputMethod` property for this state. A password field is `secret` also
     /// when the desktop switched the input method off for it (GNOME does).
@@ -218,10 +221,7 @@ public struct InputMethodState: DBusRepresentable, Equatable {
 
     /// The `a{sv}` argument of `SetInputMethodState`.
     public var dbusValue: DBusValue {
-        .vardict([
-            ("active", .boolean(active)), ("focused", .boolean(focused)), ("secret", .boolean(secret)),
-            ("push_to_talk", .boolean(pushToTalk)),
-        ])
+        .vardict(Self.fields.map { ($0.key, .boolean(self[keyPath: $0.flag])) })
     }
 
     /// Parses the argument; an unknown key or a value that is not a boolean is `InvalidArgs`.
@@ -233,14 +233,10 @@ public struct InputMethodState: DBusRepresentable, Equatable {
             guard let flag = value.boolean else {
                 throw .invalidArgs("state key '\(key)' must have type 'b', not '\(value.type)'")
             }
-            switch key {
-            case "active": active = flag
-            case "focused": focused = flag
-            case "secret": secret = flag
-            case "push_to_talk": pushToTalk = flag
-            default:
+            guard let field = Self.fields.first(where: { $0.key == key }) else {
                 throw .invalidArgs("unknown state key '\(key)'; known keys: \(Self.keys.joined(separator: ", "))")
             }
+            self[keyPath: field.flag] = flag
         }
     }
 }
