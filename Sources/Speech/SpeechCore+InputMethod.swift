@@ -28,10 +28,9 @@ extension SpeechCore {
     /// now never arrive). Its last words stay in the transcript and history.
     public func connectionLeft(_ name: String) {
         let wasInputMethod = inputMethodLeft(.bus(name))
-        if snapshot.owner?.privateDestination == name {
+        if wasInputMethod || snapshot.owner?.privateDestination == name {
             stopSession(startedFrom: name)
         }
-        if wasInputMethod { stopSession(startedFrom: name) }
     }
 
     /// Stops the session started from `connection`, if it runs, as a Stop would (its finals kept
