@@ -29,6 +29,11 @@ let package = Package(
             providers: [.apt(["libpocketsphinx-dev", "libsphinxbase-dev"])]),
         .systemLibrary(
             name: "CXKBCommon", pkgConfig: "xkbcommon", providers: [.apt(["libxkbcommon-dev"])]),
+        .systemLibrary(
+            name: "CWaylandClient", pkgConfig: "wayland-client", providers: [.apt(["libwayland-dev"])]),
+        // The wlroots input-method-v2 and virtual-keyboard-v1 protocols: wayland-scanner's C, vendored
+        // beside its XML (scripts/wayland-protocols regenerates it), and the binds Swift cannot make.
+        .target(name: "CWaylandIM", dependencies: ["CWaylandClient"], exclude: ["protocol"]),
         // GNU extensions Swift cannot see: posix_spawn closing inherited descriptors, mallopt.
         .target(name: "CSttdSystem"),
         // sherpa-onnx's C API declarations (the pinned version's header); the library itself is
@@ -198,6 +203,9 @@ let package = Package(
             name: "InputMethodTests", dependencies: ["InputMethod", "SpeechAPI", "TestSupport", "CSttdSystem"],
             swiftSettings: strictness),
         .testTarget(name: "ControlTests", dependencies: ["Control"], swiftSettings: strictness),
+        .testTarget(
+            name: "WaylandInputMethodTests", dependencies: ["CWaylandClient", "CWaylandIM", "TestSupport"],
+            swiftSettings: strictness),
         .testTarget(
             name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),
         .testTarget(
