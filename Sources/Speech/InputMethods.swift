@@ -1,11 +1,24 @@
-/// An input method sttd types through: today IBus's engine (`sttd-ibus`), known by its unique
-/// bus name. Another kind (a Wayland input method, per seat) becomes another case.
+/// An input method sttd types through: IBus's engine (`sttd-ibus`), known by its unique bus name,
+/// or sttd's own Wayland input method on a wlroots compositor's seat.
 public enum InputMethodID: Hashable, Sendable, CustomStringConvertible {
     case bus(String)
+    case wayland(seat: String)
 
     public var description: String {
         switch self {
         case .bus(let name): name
+        case .wayland(let seat): "wayland:\(seat)"
+        }
+    }
+
+    /// Input methods of one kind stand for each other (the newest report counts); of two kinds,
+    /// the focused field decides (see ``InputMethods/current``).
+    enum Kind { case bus, wayland }
+
+    var kind: Kind {
+        switch self {
+        case .bus: .bus
+        case .wayland: .wayland
         }
     }
 }
@@ -42,12 +55,14 @@ public enum InputMethodText: Sendable, Equatable {
     case key(String)
 }
 
-/// The input methods that reported, oldest report first; the last is *the* input method. When it
-/// leaves, the newest of those still there takes over at once (a program that reports and exits
-/// cannot cut `sttd-ibus` off).
+/// The input methods that reported, oldest report first. Of one kind, the newest is *the* input
+/// method; when it leaves, the newest of those still there takes over at once (a program that
+/// reports and exits cannot cut `sttd-ibus` off). Of two kinds (IBus for XWayland apps beside the
+/// Wayland input method), the text goes to the one whose field has the focus.
 struct InputMethods {
-    /// At most this many are remembered; beyond it the one that reported longest ago is forgotten
-    /// (a desktop runs one, perhaps two during an `ibus restart`).
+    /// At most this many of a kind are remembered; beyond it the one of that kind that reported
+    /// longest ago is forgotten (a desktop runs one, perhaps two during an `ibus restart`; reports
+    /// on the bus cannot push the Wayland input method out).
     static let limit = 8
 
     struct Engine: Equatable {
@@ -56,8 +71,16 @@ struct InputMethods {
     }
     private(set) var engines: [Engine] = []
 
-    /// The input method now, if any.
-    var current: Engine? { engines.last }
+    /// The input method now, if any: of the newest report of each kind, the newest that says a
+    /// field has the focus, else the newest. With one kind, simply the newest report; with two,
+    /// a focus-out that arrives after the other's focus-in does not take the text away.
+    var current: Engine? {
+        var newestOfEachKind: [Engine] = []  // newest first
+        for engine in engines.reversed() where !newestOfEachKind.contains(where: { $0.id.kind == engine.id.kind }) {
+            newestOfEachKind.append(engine)
+        }
+        return newestOfEachKind.first { $0.report.focused } ?? newestOfEachKind.first
+    }
 
     /// The input method, when it says it is active.
     var active: Engine? { current.flatMap { $0.report.active ? $0 : nil } }
@@ -66,13 +89,17 @@ struct InputMethods {
     /// switches it off in such a field): nothing may be typed there, by any route.
     var secretFieldFocused: Bool { current.map { $0.report.focused && $0.report.secret } ?? false }
 
-    /// `id` reported `report`: it is the input method from now on. Returns the one that was before.
+    /// `id` reported `report`. Returns the input method that was current before.
     @discardableResult
     mutating func update(from id: InputMethodID, _ report: InputMethodReport) -> Engine? {
-        let previous = engines.last
+        let previous = current
         engines.removeAll { $0.id == id }
         engines.append(Engine(id: id, report: report))
-        if engines.count > Self.limit { engines.removeFirst() }
+        if engines.count(where: { $0.id.kind == id.kind }) > Self.limit,
+            let oldest = engines.firstIndex(where: { $0.id.kind == id.kind })
+        {
+            engines.remove(at: oldest)
+        }
         return previous
     }
 
@@ -80,7 +107,7 @@ struct InputMethods {
     @discardableResult
     mutating func departed(_ id: InputMethodID) -> (report: InputMethodReport, wasCurrent: Bool)? {
         guard let left = engines.first(where: { $0.id == id }) else { return nil }
-        let wasCurrent = engines.last?.id == id
+        let wasCurrent = current?.id == id
         engines.removeAll { $0.id == id }
         return (left.report, wasCurrent)
     }

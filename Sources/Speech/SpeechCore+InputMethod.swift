@@ -1,22 +1,29 @@
 import Logging
 
 /// The desktop's input methods and the connections sessions depend on. Each program that reports
-/// as an input method (`SetInputMethodState`) is kept with its last report; the newest is *the*
-/// input method, and `output = type` text goes to it as ``SpeechEvent/inputMethodText(_:to:)``
-/// events while it is active (see SpeechCore+Output.swift).
+/// as an input method (`SetInputMethodState`), and sttd's own Wayland input method, is kept with its
+/// last report; the newest is *the* input method (of two kinds, the one whose field has the focus),
+/// and `output = type` text goes to it as ``SpeechEvent/inputMethodText(_:to:)`` events while it is
+/// active (see SpeechCore+Output.swift).
 extension SpeechCore {
-    /// `id` reported the state of the focused field: it is the input method from now on.
+    /// `id` reported the state of the focused field: it is the input method from now on, unless
+    /// it is of another kind than the one whose field has the focus (see ``InputMethods/current``).
     public func reportInputMethod(_ report: InputMethodReport, from id: InputMethodID) {
+        let known = inputMethods.contains(id)
         let previous = inputMethods.update(from: id, report)
-        if previous?.report != report || previous?.id != id { publish(.inputMethod(report)) }
-        if previous?.id != id {
+        let now = inputMethods.current
+        if now != previous { publish(.inputMethod(now?.report)) }
+        if previous?.id != id, now?.id == id || !known {
             logger.info("input method attached", metadata: ["sender": "\(id)", "active": "\(report.active)"])
-        } else if previous?.report != report {
+        } else if let now, now.id != previous?.id {
+            logger.info(
+                "the input method of the focused field takes over", metadata: ["sender": "\(id)", "now": "\(now.id)"])
+        } else if let now, now != previous {
             logger.debug(
                 "input method state",
                 metadata: [
-                    "active": "\(report.active)", "focused": "\(report.focused)", "secret": "\(report.secret)",
-                    "push_to_talk": "\(report.pushToTalk)",
+                    "active": "\(now.report.active)", "focused": "\(now.report.focused)",
+                    "secret": "\(now.report.secret)", "push_to_talk": "\(now.report.pushToTalk)",
                 ])
         }
     }
@@ -54,18 +61,27 @@ extension SpeechCore {
         return connection
     }
 
+    /// sttd's own input method `id`, which is not on the bus, is gone (its compositor went away or
+    /// it let go of the seat): it is no input method any more, and if it was the current one, the
+    /// newest still there takes over. A session it started is its own to stop.
+    public func inputMethodDeparted(_ id: InputMethodID) {
+        inputMethodLeft(id)
+    }
+
     /// Forgets `id`; returns whether it had reported.
+    @discardableResult
     private func inputMethodLeft(_ id: InputMethodID) -> Bool {
-        guard let departure = inputMethods.departed(id) else { return false }
-        guard departure.wasCurrent else { return true }
-        if let next = inputMethods.current {
-            logger.info(
-                "input method left the bus; the one before it takes over",
-                metadata: ["sender": "\(id)", "now": "\(next.id)"])
+        let previous = inputMethods.current
+        guard inputMethods.departed(id) != nil else { return false }
+        let now = inputMethods.current
+        guard now != previous else { return true }
+        let left = if case .bus = id { "input method left the bus" } else { "input method left" }
+        if let now {
+            logger.info("\(left); the one before it takes over", metadata: ["sender": "\(id)", "now": "\(now.id)"])
         } else {
-            logger.info("input method left the bus", metadata: ["sender": "\(id)"])
+            logger.info("\(left)", metadata: ["sender": "\(id)"])
         }
-        publish(.inputMethod(inputMethods.current?.report))
+        publish(.inputMethod(now?.report))
         return true
     }
 }

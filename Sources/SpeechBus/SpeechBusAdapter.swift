@@ -139,6 +139,8 @@ public final class SpeechBusAdapter: Sendable {
             // Unicast, but not private: a bus monitor run by the same user sees it too, as it sees
             // every message of that user's bus.
             object.emit(text.signal, to: engine)
+        case .inputMethodText(_, to: .wayland):
+            break  // sttd's Wayland input method takes these in process
         case .outputFailed:
             break  // not a session failure: `LastError` shows it, and a notification
         case .activeBackend(let backend):
