@@ -121,6 +121,14 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: strictness),
+        // sttd as the input method of a wlroots compositor's seat (input-method-v2); knows no speech.
+        .target(
+            name: "WaylandInputMethod",
+            dependencies: [
+                "CWaylandClient", "CWaylandIM", "CXKBCommon", "CSttdSystem",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: strictness),
         // Typing and clipboard output through the desktop's tools; knows no D-Bus and no speech.
         .target(
             name: "Output",
@@ -204,7 +212,8 @@ let package = Package(
             swiftSettings: strictness),
         .testTarget(name: "ControlTests", dependencies: ["Control"], swiftSettings: strictness),
         .testTarget(
-            name: "WaylandInputMethodTests", dependencies: ["CWaylandClient", "CWaylandIM", "TestSupport"],
+            name: "WaylandInputMethodTests",
+            dependencies: ["CWaylandClient", "CWaylandIM", "WaylandInputMethod", "TestSupport"],
             swiftSettings: strictness),
         .testTarget(
             name: "OutputTests", dependencies: ["Output", "TestSupport"], swiftSettings: strictness),
