@@ -113,7 +113,7 @@ let package = Package(
             name: "Service",
             dependencies: [
                 "DBus", "Capture", "Recognition", "History", "Speech", "SpeechAPI", "SpeechBus", "Output",
-                "CSttdSystem", "ListenServer",
+                "CSttdSystem", "ListenServer", "WaylandInputMethod",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
                 .product(name: "UnixSignals", package: "swift-service-lifecycle"),

@@ -135,6 +135,10 @@ public enum SttdApp {
                 exitCode: ExitCode.failure, message: "internal error declaring the D-Bus object: \(error.message)")
         }
         await adapter.attach()
+        let waylandInputMethod = WaylandInputMethodService.make(
+            enabled: true, environment: environment, core: core, logger: logger,
+            status: { status in logger.debug("wayland input method", metadata: ["status": "\(status)"]) })
+        await waylandInputMethod?.attach()
         // Bound before the name is taken, so `ServerAddress` is right when clients first look.
         let listenServer: ListenServer?
         do throws(StartupError) {
@@ -190,6 +194,10 @@ public enum SttdApp {
         // Before the core, so it shuts down after it; a call waiting for a prompt is answered
         // by the closing bus.
         services.append(.init(service: ConsentService(consent: consent)))
+        if let waylandInputMethod {
+            // Before the core, so it shuts down after it: the last finals still reach the field.
+            services.append(.init(service: waylandInputMethod, successTerminationBehavior: .ignore))
+        }
         services.append(.init(service: CoreService(core: core)))
         // After the core, so it shuts down before it: streams flush while the engine still runs.
         if let listenServer { services.append(.init(service: listenServer)) }

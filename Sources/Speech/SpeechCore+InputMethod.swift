@@ -85,3 +85,9 @@ extension SpeechCore {
         return true
     }
 }
+
+extension SpeechCore {
+    /// sttd's own input method could not take text (its queue is full): the session goes on and
+    /// the text stays in the transcript and history.
+    public func inputMethodCouldNotDeliver(_ message: String) { outputFailed(message) }
+}

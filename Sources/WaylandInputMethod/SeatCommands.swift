@@ -60,6 +60,8 @@ final class SeatCommands: Sendable {
         return queued
     }
 
+    var isStopped: Bool { queue.withLock { $0.stop } }
+
     func stop() {
         queue.withLock { $0.stop = true }
         wake()

@@ -39,6 +39,9 @@ public final class WaylandSeatConnection: Sendable {
     /// Ends ``serve(status:report:)`` and ``waitForSocket()``, now and later.
     public func stop() { commands.stop() }
 
+    /// ``stop()`` was called.
+    public var isStopped: Bool { commands.isStopped }
+
     /// Connects and serves the seat until the compositor goes or ``stop()``; `status` and
     /// `report` are called on the display thread. Returns the last status.
     public func serve(
@@ -134,17 +137,14 @@ final class SeatSession {
             if let inputMethod { zwp_input_method_v2_destroy(inputMethod) }
             wl_display_disconnect(display)
         }
-        var held: SeatStatus?
         do {
-            held = try bind()
-            guard let held else { return .unsupported }
-            status(held)
+            guard let held = try bind() else { return .unsupported }
+            // Unavailable stays so until the compositor goes (the object is inert).
+            if case .unavailable = held { status(held) }
             try loop(until: { false })
         } catch .failed(let reason) {
             logger.notice("the Wayland input method's connection ended: \(reason)")
         } catch {}
-        // Unavailable stays unavailable until the compositor goes; a held seat is let go.
-        if case .held = held { perform(machine.handle(.unavailable)) }
         return .disconnected
     }
 
@@ -160,17 +160,10 @@ final class SeatSession {
         let seat = sttd_wl_bind_seat(registry, seatGlobal.name, min(seatGlobal.version, 2))
         self.seat = seat
         wl_seat_add_listener(seat, Listeners.seat, Unmanaged.passUnretained(self).toOpaque())
-        let inputMethod = zwp_input_method_manager_v2_get_input_method(
-            sttd_wl_bind_input_method_manager(registry, manager.name), seat)
-        self.inputMethod = inputMethod
-        zwp_input_method_v2_add_listener(inputMethod, Listeners.inputMethod, Unmanaged.passUnretained(self).toOpaque())
-        // The seat's name, and `unavailable` if another input method holds the seat, come now.
-        try roundTrip()
-        if unavailable {
-            logger.notice(
-                "another input method holds \(seatName) (zwp_input_method_v2 unavailable): typing goes through the tools")
-            return .unavailable(seat: seatName)
-        }
+        // The keyboard first: a new keyboard makes the compositor send the focused window its
+        // keymap and focus again, and the window answers with a text-input commit. Before the
+        // input method exists, that cannot cross sttd's first text (foot drops a commit whose
+        // serial it has passed).
         if let manager = globals.virtualKeyboardManager, let seat {
             do {
                 keyboard = try VirtualKeyboard(
@@ -181,7 +174,22 @@ final class SeatSession {
         } else {
             logger.warning("the compositor offers no zwp_virtual_keyboard_manager_v1: \"press enter\" does nothing")
         }
+        try roundTrip()
+        let inputMethod = zwp_input_method_manager_v2_get_input_method(
+            sttd_wl_bind_input_method_manager(registry, manager.name), seat)
+        self.inputMethod = inputMethod
+        zwp_input_method_v2_add_listener(inputMethod, Listeners.inputMethod, Unmanaged.passUnretained(self).toOpaque())
+        // `unavailable` comes at once if another input method holds the seat.
+        try roundTrip()
+        if unavailable {
+            keyboard?.destroy()
+            keyboard = nil
+            logger.notice(
+                "another input method holds \(seatName) (zwp_input_method_v2 unavailable): typing goes through the tools")
+            return .unavailable(seat: seatName)
+        }
         logger.info("sttd is the input method of \(seatName)")
+        status(.held(seat: seatName))
         perform(machine.handle(.bound))
         return .held(seat: seatName)
     }

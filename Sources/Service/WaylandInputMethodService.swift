@@ -1,0 +1,101 @@
+import Foundation
+import Synchronization
+import Logging
+import ServiceLifecycle
+import Speech
+import WaylandInputMethod
+
+/// sttd as the input method of a wlroots compositor's seat (sway, Hyprland, river): the core's
+/// `.inputMethodText(_, to: .wayland)` events go to the seat's connection, and the field's state
+/// comes back as that input method's reports. In sttd's process, so the input method ends with it.
+struct WaylandInputMethodService: Service {
+    let core: SpeechCore
+    let connection: WaylandSeatConnection
+    let logger: Logger
+    /// Called with each status change, for the `WaylandInputMethod` property.
+    let status: @Sendable (SeatStatus) -> Void
+
+    /// The socket `environment` names (`WAYLAND_DISPLAY`, absolute or in `XDG_RUNTIME_DIR`), if any.
+    static func socketPath(_ environment: [String: String]) -> String? {
+        guard let display = environment["WAYLAND_DISPLAY"], !display.isEmpty else { return nil }
+        if display.hasPrefix("/") { return display }
+        guard let runtime = environment["XDG_RUNTIME_DIR"], !runtime.isEmpty else { return nil }
+        return "\(runtime)/\(display)"
+    }
+
+    /// The service for the session `environment` names, or nil (no Wayland display, or the input
+    /// method is turned off).
+    static func make(
+        enabled: Bool, environment: [String: String], core: SpeechCore, logger: Logger,
+        status: @escaping @Sendable (SeatStatus) -> Void
+    ) -> WaylandInputMethodService? {
+        guard enabled, let path = socketPath(environment) else { return nil }
+        do {
+            let connection = try WaylandSeatConnection(socketPath: path, logger: logger)
+            return WaylandInputMethodService(core: core, connection: connection, logger: logger, status: status)
+        } catch {
+            logger.warning("cannot be the Wayland input method: \(error)")
+            return nil
+        }
+    }
+
+    /// Sends the core's text for this seat to it; called before the core runs. Inline on the
+    /// core's executor: a queue append and a pipe write, never a wait.
+    func attach() async {
+        let connection = connection
+        await core.observe { event, _ in
+            guard case .inputMethodText(let text, to: .wayland) = event else { return }
+            let delivery: Delivery
+            switch text {
+            case .preedit(let preedit): return connection.showPreedit(preedit)
+            case .commit(let typed): delivery = .commit(typed)
+            case .delete(let characters): delivery = .delete(characters: characters)
+            case .key(let keysym): delivery = .key(keysym)
+            }
+            if !connection.deliver(delivery) {
+                core.submit { core in
+                    core.inputMethodCouldNotDeliver(
+                        "sttd's Wayland input method fell behind; the text is kept in the transcript and history")
+                }
+            }
+        }
+    }
+
+    func run() async throws {
+        let (core, connection, status) = (core, connection, status)
+        await withGracefulShutdownHandler {
+            while !Task.isCancelled {
+                let seat = SeatName()
+                let ended = await connection.serve(
+                    status: { now in
+                        if case .held(let name) = now { seat.set(name) }
+                        status(now)
+                    },
+                    report: { report in
+                        guard let name = seat.get() else { return }
+                        core.submit { core in
+                            core.reportInputMethod(
+                                InputMethodReport(active: report.active, focused: report.focused, secret: report.secret),
+                                from: .wayland(seat: name))
+                        }
+                    })
+                // At shutdown the core has stopped first: it needs to hear nothing more.
+                if connection.isStopped { return }
+                if let name = seat.get() { core.submit { core in core.inputMethodDeparted(.wayland(seat: name)) } }
+                status(ended)
+                // No input method protocol here (GNOME, KDE): nothing to wait for.
+                if ended == .unsupported { return }
+                guard await connection.waitForSocket() else { return }
+            }
+        } onGracefulShutdown: {
+            connection.stop()
+        }
+    }
+}
+
+/// The seat's name, set on the display thread once the seat is held.
+private final class SeatName: Sendable {
+    private let name = Mutex<String?>(nil)
+    func set(_ value: String) { name.withLock { $0 = value } }
+    func get() -> String? { name.withLock { $0 } }
+}
