@@ -30,6 +30,7 @@ enum Benchmarks {
         Benchmark(name: "input method latency", run: DesktopBenchmarks.inputMethodLatency),
         Benchmark(name: "offline fallback: seam and takeover time", run: FallbackBenchmarks.fallbackSeam),
         Benchmark(name: "voice commands: cost per final", run: DictationBenchmarks.costPerFinal),
+        Benchmark(name: "Wayland input method latency", run: WaylandBenchmarks.inputMethodLatency),
     ]
 
     /// Peak RSS in kB seen in benchmarks 3 (remote) and 4 (local), for row 6.

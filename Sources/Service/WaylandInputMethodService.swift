@@ -12,6 +12,8 @@ struct WaylandInputMethodService: Service {
     let core: SpeechCore
     let connection: WaylandSeatConnection
     let logger: Logger
+    /// App ids whose windows get the typing tools when no text-input field is active.
+    let typingToolsForApps: Set<String>
     /// Called with each status change, for the `WaylandInputMethod` property.
     let status: @Sendable (SeatStatus) -> Void
 
@@ -26,13 +28,15 @@ struct WaylandInputMethodService: Service {
     /// The service for the session `environment` names, or nil (no Wayland display, or the input
     /// method is turned off).
     static func make(
-        enabled: Bool, environment: [String: String], core: SpeechCore, logger: Logger,
+        _ configuration: Configuration.Wayland, environment: [String: String], core: SpeechCore, logger: Logger,
         status: @escaping @Sendable (SeatStatus) -> Void
     ) -> WaylandInputMethodService? {
-        guard enabled, let path = socketPath(environment) else { return nil }
+        guard configuration.inputMethod, let path = socketPath(environment) else { return nil }
         do {
             let connection = try WaylandSeatConnection(socketPath: path, logger: logger)
-            return WaylandInputMethodService(core: core, connection: connection, logger: logger, status: status)
+            return WaylandInputMethodService(
+                core: core, connection: connection, logger: logger,
+                typingToolsForApps: Set(configuration.typingToolsForApps), status: status)
         } catch {
             logger.warning("cannot be the Wayland input method: \(error)")
             return nil
@@ -62,7 +66,7 @@ struct WaylandInputMethodService: Service {
     }
 
     func run() async throws {
-        let (core, connection, status) = (core, connection, status)
+        let (core, connection, status, toolsApps) = (core, connection, status, typingToolsForApps)
         await withGracefulShutdownHandler {
             while !Task.isCancelled {
                 let seat = SeatName()
@@ -73,11 +77,12 @@ struct WaylandInputMethodService: Service {
                     },
                     report: { report in
                         guard let name = seat.get() else { return }
-                        core.submit { core in
-                            core.reportInputMethod(
-                                InputMethodReport(active: report.active, focused: report.focused, secret: report.secret),
-                                from: .wayland(seat: name))
-                        }
+                        // A window without a text-input field, of an app the user opted in.
+                        let toolsAllowed = !report.focused && report.app.map(toolsApps.contains) == true
+                        let state = InputMethodReport(
+                            active: report.active, focused: report.focused, secret: report.secret,
+                            toolsAllowed: toolsAllowed)
+                        core.submit { core in core.reportInputMethod(state, from: .wayland(seat: name)) }
                     })
                 // At shutdown the core has stopped first: it needs to hear nothing more.
                 if connection.isStopped { return }

@@ -53,11 +53,14 @@ public struct FieldReport: Sendable, Equatable {
     public var focused: Bool
     /// That field is for a password or PIN.
     public var secret: Bool
+    /// The active window's app id (Wayland `app_id`), when the compositor says.
+    public var app: String?
 
-    public init(active: Bool = false, focused: Bool = false, secret: Bool = false) {
+    public init(active: Bool = false, focused: Bool = false, secret: Bool = false, app: String? = nil) {
         self.active = active
         self.focused = focused
         self.secret = secret
+        self.app = app
     }
 }
 

@@ -5,11 +5,11 @@ import CWaylandIM
 /// a pointer to its table). `data` is the ``SeatSession`` the proxy belongs to; every call comes
 /// on its display thread.
 enum Listeners {
-    private static func session(_ data: UnsafeMutableRawPointer?) -> SeatSession {
+    static func session(_ data: UnsafeMutableRawPointer?) -> SeatSession {
         Unmanaged<SeatSession>.fromOpaque(data!).takeUnretainedValue()
     }
 
-    private static func table<Table>(_ table: Table) -> UnsafeMutablePointer<Table> {
+    static func table<Table>(_ table: Table) -> UnsafeMutablePointer<Table> {
         let pointer = UnsafeMutablePointer<Table>.allocate(capacity: 1)
         pointer.initialize(to: table)
         return pointer
@@ -27,6 +27,7 @@ enum Listeners {
                     if session.globals.seat == nil { session.globals.seat = global }
                 case "zwp_input_method_manager_v2": session.globals.inputMethodManager = global
                 case "zwp_virtual_keyboard_manager_v1": session.globals.virtualKeyboardManager = global
+                case "zwlr_foreign_toplevel_manager_v1": session.globals.toplevelManager = global
                 default: break
                 }
             },

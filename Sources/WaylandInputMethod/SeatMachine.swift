@@ -26,6 +26,8 @@ struct SeatMachine: Sendable {
         case done
         case preedit(String)
         case deliver(Delivery)
+        /// The active window's app id (foreign-toplevel), or nil.
+        case focusedApp(String?)
     }
 
     enum Action: Sendable, Equatable {
@@ -68,11 +70,14 @@ struct SeatMachine: Sendable {
     private var committed: [String] = []
     private var newestSeen = false
     private var reported: FieldReport?
+    private var app: String?
 
     init() {}
 
     var report: FieldReport {
-        FieldReport(active: holding, focused: current.active, secret: current.active && current.contentType.isSecret)
+        FieldReport(
+            active: holding, focused: current.active, secret: current.active && current.contentType.isSecret,
+            app: holding ? app : nil)
     }
 
     /// The active ordinary field, if text may go there now.
@@ -106,6 +111,8 @@ struct SeatMachine: Sendable {
         case .preedit(let text):
             preedit = text
             if !changing { actions += showPreedit() }
+        case .focusedApp(let app):
+            self.app = app
         case .deliver(let delivery):
             if case .commit = delivery { preedit = "" }
             if changing {

@@ -92,6 +92,7 @@ final class SeatSession {
     var inputMethod: OpaquePointer?
     var keyboard: VirtualKeyboard?
     var machine = SeatMachine()
+    var focusedApp = FocusedApp()
     var unavailable = false
     var syncDone = false
 
@@ -104,6 +105,7 @@ final class SeatSession {
         var seat: Global?
         var inputMethodManager: Global?
         var virtualKeyboardManager: Global?
+        var toplevelManager: Global?
     }
 
     init(
@@ -187,6 +189,11 @@ final class SeatSession {
             logger.notice(
                 "another input method holds \(seatName) (zwp_input_method_v2 unavailable): typing goes through the tools")
             return .unavailable(seat: seatName)
+        }
+        if let manager = globals.toplevelManager {
+            let toplevels = sttd_wl_bind_foreign_toplevel_manager(registry, manager.name, min(manager.version, 3))
+            zwlr_foreign_toplevel_manager_v1_add_listener(
+                toplevels, Listeners.toplevelManager, Unmanaged.passUnretained(self).toOpaque())
         }
         logger.info("sttd is the input method of \(seatName)")
         status(.held(seat: seatName))
