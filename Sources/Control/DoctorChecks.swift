@@ -106,7 +106,8 @@ extension DoctorFacts {
         // Where sttd is the Wayland input method itself, IBus could serve XWayland apps at most.
         guard check.status == .problem, case .held = waylandInputMethod else { return check }
         return DoctorCheck(
-            check.id, check.route, .warning, check.finding + " (only XWayland apps would use it: sttd is the input method)",
+            check.id, check.route, .warning,
+            check.finding + " (only XWayland apps would use it: sttd is the input method)",
             fix: check.fix)
     }
 

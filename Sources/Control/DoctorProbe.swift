@@ -56,7 +56,8 @@ struct DoctorProbe {
             authorization: authorization, microphone: try await client.property(.microphoneStatus) ?? "",
             inputMethod: try await client.property(.inputMethod) ?? "",
             lastError: try await client.property(.lastError) ?? "",
-            waylandInputMethod: WaylandInputMethodStatus(rawValue: try await client.property(.waylandInputMethod) ?? ""))
+            waylandInputMethod: WaylandInputMethodStatus(rawValue: try await client.property(.waylandInputMethod) ?? "")
+        )
     }
 
     static func withoutPrefix(_ message: String) -> String {

@@ -127,7 +127,8 @@ extension SpeechCore {
             }
             // The tools type into whatever has the focus: only while it is still such a window.
             guard let lane = optInToolsLane() else {
-                logger.info("\"scratch that\": the words went into a window that no longer has the focus; nothing deleted")
+                logger.info(
+                    "\"scratch that\": the words went into a window that no longer has the focus; nothing deleted")
                 return
             }
             if !typed.isEmpty { lane.send(.retract(typed)) }

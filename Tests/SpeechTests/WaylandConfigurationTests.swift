@@ -39,8 +39,14 @@ struct WaylandConfigurationTests {
     @Test(arguments: [
         ("[wayland]\ninput_method = \"no\"", "wayland.input_method = \"no\" is a string, but it must be true or false"),
         ("[wayland]\ninput_method = 0", "wayland.input_method = 0 is a integer, but it must be true or false"),
-        ("[wayland]\ntyping_tools_for_apps = 3", "wayland.typing_tools_for_apps = 3 is a integer, but it must be a list"),
-        ("[wayland]\ntyping_tools_for_apps = [\"kate\", 3]", "wayland.typing_tools_for_apps = [ 'kate', 3 ] is a array"),
+        (
+            "[wayland]\ntyping_tools_for_apps = 3",
+            "wayland.typing_tools_for_apps = 3 is a integer, but it must be a list"
+        ),
+        (
+            "[wayland]\ntyping_tools_for_apps = [\"kate\", 3]",
+            "wayland.typing_tools_for_apps = [ 'kate', 3 ] is a array"
+        ),
         ("[wayland]\ntyping_tools_for_apps = [\"\"]", "wayland.typing_tools_for_apps has \"\", which is no app id"),
         ("[wayland]\ntyping_tools_for_apps = [\"*\"]", "has \"*\", which is no app id; name each app exactly"),
         ("[wayland]\ntyping_tools_for_apps = [\"org.kde.*\"]", "(no patterns)"),
