@@ -13,3 +13,8 @@ struct zwp_virtual_keyboard_manager_v1 *sttd_wl_bind_virtual_keyboard_manager(st
                                                                               uint32_t name) {
     return wl_registry_bind(registry, name, &zwp_virtual_keyboard_manager_v1_interface, 1);
 }
+
+struct zwlr_foreign_toplevel_manager_v1 *sttd_wl_bind_foreign_toplevel_manager(struct wl_registry *registry,
+                                                                               uint32_t name) {
+    return wl_registry_bind(registry, name, &zwlr_foreign_toplevel_manager_v1_interface, 3);
+}

@@ -1,5 +1,10 @@
 /// The checks of `sttctl doctor`, worked out from ``DoctorFacts`` alone.
 extension DoctorFacts {
+    /// What to do when another input method holds the seat sttd would serve.
+    static func seatTaken(_ seat: String) -> String {
+        "another input method (e.g. fcitx5) holds \(seat): quit it, or set `[wayland] input_method = false` to keep the typing tools"
+    }
+
     static let importDisplay =
         "run `dbus-update-activation-environment --systemd WAYLAND_DISPLAY DISPLAY XDG_CURRENT_DESKTOP` in your session (e.g. at the end of ~/.xinitrc), then `systemctl --user restart sttd`"
 
@@ -97,6 +102,16 @@ extension DoctorFacts {
     }
 
     var componentCheck: DoctorCheck {
+        let check = ibusComponentCheck
+        // Where sttd is the Wayland input method itself, IBus could serve XWayland apps at most.
+        guard check.status == .problem, case .held = waylandInputMethod else { return check }
+        return DoctorCheck(
+            check.id, check.route, .warning,
+            check.finding + " (only XWayland apps would use it: sttd is the input method)",
+            fix: check.fix)
+    }
+
+    var ibusComponentCheck: DoctorCheck {
         switch component {
         case .listed:
             return DoctorCheck(
@@ -153,9 +168,21 @@ extension DoctorFacts {
                 fix:
                     "System Settings → Keyboard → Virtual Keyboard → IBus Wayland; then add Dictation in `ibus-setup`")
         case .wlroots, .otherWayland:
-            return DoctorCheck(
-                "input-source", .inputMethod, .problem, "\(desktopName) does not hand text fields to IBus",
-                fix: "type with wtype: `sudo apt install wtype wl-clipboard`")
+            switch waylandInputMethod {
+            case .held(let seat):
+                return DoctorCheck(
+                    "input-source", .inputMethod, .ok,
+                    "sttd is the input method on \(seat) (live text through zwp_input_method_v2)")
+            case .unavailable(let seat):
+                return DoctorCheck(
+                    "input-source", .inputMethod, .problem,
+                    "sttd is not the input method on \(seat): another one holds it (zwp_input_method_v2 unavailable)",
+                    fix: Self.seatTaken(seat))
+            case .off, .unsupported, .disconnected:
+                return DoctorCheck(
+                    "input-source", .inputMethod, .problem, "\(desktopName) does not hand text fields to IBus",
+                    fix: "type with wtype: `sudo apt install wtype wl-clipboard`")
+            }
         case .x11, .none:
             switch currentEngine {
             case "sttd":
@@ -186,9 +213,10 @@ extension DoctorFacts {
                 "Dictation is the input method, and a password field has the focus: nothing is typed into it")
         default:
             let fix =
-                switch desktop {
-                case .gnome: "switch to Dictation with Super+Space (the top bar shows 🎤)"
-                case .kde: "switch to Dictation with IBus's shortcut (Super+Space)"
+                switch (desktop, waylandInputMethod) {
+                case (.wlroots, .unavailable(let seat)), (.otherWayland, .unavailable(let seat)): Self.seatTaken(seat)
+                case (.gnome, _): "switch to Dictation with Super+Space (the top bar shows 🎤)"
+                case (.kde, _): "switch to Dictation with IBus's shortcut (Super+Space)"
                 default: "`ibus engine sttd`"
                 }
             return DoctorCheck(
@@ -209,8 +237,10 @@ extension DoctorFacts {
             )
             fixes.append("put `QT_IM_MODULE=ibus` in ~/.config/environment.d/60-qt-ibus.conf and log in again")
         }
-        if isWayland, let gtk, gtk != "ibus", gtk != "wayland" {
-            findings.append("GTK apps use the \(gtk) input method module, not IBus")
+        // Where sttd is the Wayland input method, GTK must speak text-input to the compositor.
+        let sttdHoldsTheSeat = if case .held = waylandInputMethod { true } else { false }
+        if isWayland, let gtk, gtk != "wayland", sttdHoldsTheSeat || gtk != "ibus" {
+            findings.append("GTK apps use the \(gtk) input method module, not \(sttdHoldsTheSeat ? "sttd's" : "IBus")")
             fixes.append("remove GTK_IM_MODULE from your environment (GTK then uses the Wayland text-input protocol)")
         }
         if !isWayland, desktop != .none {
@@ -231,7 +261,8 @@ extension DoctorFacts {
             return DoctorCheck("im-modules", .inputMethod, .ok, "\(shown): no desktop session to judge them by")
         }
         guard !findings.isEmpty else {
-            return DoctorCheck("im-modules", .inputMethod, .ok, "\(shown): apps hand their text fields to IBus")
+            let method = sttdHoldsTheSeat ? "sttd" : "IBus"
+            return DoctorCheck("im-modules", .inputMethod, .ok, "\(shown): apps hand their text fields to \(method)")
         }
         // Other apps still get text: a warning, not a problem.
         return DoctorCheck(

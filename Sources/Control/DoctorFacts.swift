@@ -1,3 +1,5 @@
+import SpeechAPI
+
 /// What `sttctl doctor` found out, as plain values: the checks are worked out from these alone,
 /// so tests give them any set-up.
 struct DoctorFacts: Sendable {
@@ -16,10 +18,13 @@ struct DoctorFacts: Sendable {
         /// The `InputMethod` property: empty, `active`, `focused` or `secret`.
         var inputMethod: String
         var lastError: String
+        /// The `WaylandInputMethod` property: sttd as a wlroots compositor's input method.
+        var waylandInputMethod: WaylandInputMethodStatus
 
         init(
             version: String = "", backend: String = "local", authorization: String = "authorized",
-            microphone: String = "authorized", inputMethod: String = "", lastError: String = ""
+            microphone: String = "authorized", inputMethod: String = "", lastError: String = "",
+            waylandInputMethod: WaylandInputMethodStatus = .off
         ) {
             self.version = version
             self.backend = backend
@@ -27,6 +32,7 @@ struct DoctorFacts: Sendable {
             self.microphone = microphone
             self.inputMethod = inputMethod
             self.lastError = lastError
+            self.waylandInputMethod = waylandInputMethod
         }
     }
 
@@ -82,6 +88,11 @@ struct DoctorFacts: Sendable {
         self.kwinInputMethod = kwinInputMethod
         self.gtk4IBusModule = gtk4IBusModule
         self.typing = typing
+    }
+
+    /// sttd as the Wayland input method, as it said; off when it could not be asked.
+    var waylandInputMethod: WaylandInputMethodStatus {
+        if case .reachable(let state) = service { state.waylandInputMethod } else { .off }
     }
 
     /// The session's kind, from this shell's environment.

@@ -55,7 +55,9 @@ struct DoctorProbe {
             version: try await client.property(.version) ?? "", backend: try await client.property(.backend) ?? "",
             authorization: authorization, microphone: try await client.property(.microphoneStatus) ?? "",
             inputMethod: try await client.property(.inputMethod) ?? "",
-            lastError: try await client.property(.lastError) ?? "")
+            lastError: try await client.property(.lastError) ?? "",
+            waylandInputMethod: WaylandInputMethodStatus(rawValue: try await client.property(.waylandInputMethod) ?? "")
+        )
     }
 
     static func withoutPrefix(_ message: String) -> String {

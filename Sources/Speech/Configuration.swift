@@ -88,6 +88,7 @@ public struct Configuration: Sendable, Equatable {
     public var debug = Debug()
     public var ibus = IBus()
     public var text = Text()
+    public var wayland = Wayland()
 
     /// The `[local]` table.
     public struct Local: Sendable, Equatable {
@@ -233,6 +234,7 @@ public struct Configuration: Sendable, Equatable {
         }
         try readText(&reader)
         ibus = try IBusSection(from: &reader)
+        try readWayland(&reader)
         try reader.refuseUnknownKeys()
     }
 

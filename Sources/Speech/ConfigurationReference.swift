@@ -73,7 +73,7 @@ extension ConfigurationKey {
 
 extension Configuration {
     /// The tables in the order the documentation shows them.
-    static let referenceSections = ["", "local", "deepgram", "server", "text", "ibus", "debug"]
+    static let referenceSections = ["", "local", "deepgram", "server", "text", "ibus", "wayland", "debug"]
 
     /// Every key the parser accepts, with its default, what is allowed and what it does.
     static var reference: [ConfigurationKey] {
@@ -207,6 +207,16 @@ extension Configuration {
             .string(
                 "ibus", "push_to_talk", defaults.ibus.pushToTalk, allowed: "an X keysym name, or empty",
                 "Hold this key (e.g. \"F9\") to dictate while sttd is the input method; empty: off."),
+
+            .flag(
+                "wayland", "input_method", defaults.wayland.inputMethod,
+                "Be the input method on compositors that offer zwp_input_method_manager_v2 (sway, Hyprland, river, Wayfire): text goes live into the focused field, never into a password field. false: leave the seat to another input method (fcitx5...) and type with the typing tools."
+            ),
+            .other(
+                "wayland", "typing_tools_for_apps", "[]",
+                allowed: "up to \(Wayland.appLimit) app ids, exactly as their windows' app_id",
+                "Apps whose windows get the typing tools while no text field is active: Qt 5/6 apps and XWayland apps, whose fields the input method never sees (`swaymsg -t get_tree` shows a window's app_id; an XWayland window's is its class). Risk: such an app's password fields are typed into too."
+            ),
 
             .string(
                 "debug", "audio_dir", defaults.debug.audioDirectory, allowed: "an absolute path, or empty",

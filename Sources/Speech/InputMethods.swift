@@ -33,12 +33,20 @@ public struct InputMethodReport: Sendable, Equatable {
     public var secret: Bool
     /// The push-to-talk key is held.
     public var pushToTalk: Bool
+    /// No field has the focus, and the focused window's app is opted in to the typing tools
+    /// (`[wayland] typing_tools_for_apps`: apps whose fields the input method never sees). Only
+    /// sttd's Wayland input method says it; its sessions' text then goes through the tools.
+    public var toolsAllowed: Bool
 
-    public init(active: Bool = false, focused: Bool = false, secret: Bool = false, pushToTalk: Bool = false) {
+    public init(
+        active: Bool = false, focused: Bool = false, secret: Bool = false, pushToTalk: Bool = false,
+        toolsAllowed: Bool = false
+    ) {
         self.active = active
         self.focused = focused
         self.secret = secret
         self.pushToTalk = pushToTalk
+        self.toolsAllowed = toolsAllowed
     }
 }
 

@@ -24,6 +24,7 @@ extension SpeechCore {
                 metadata: [
                     "active": "\(now.report.active)", "focused": "\(now.report.focused)",
                     "secret": "\(now.report.secret)", "push_to_talk": "\(now.report.pushToTalk)",
+                    "tools_allowed": "\(now.report.toolsAllowed)",
                 ])
         }
     }

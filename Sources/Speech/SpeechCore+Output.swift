@@ -12,14 +12,43 @@ struct ActiveOutput {
         /// session delivers only through the input method: once it has left or is no longer
         /// active, later text stays in the transcript and history, and the typing tools (which
         /// type into any window, password fields included) never type it. Each problem is
-        /// reported once per session.
-        case inputMethod(reported: Set<InputMethodProblem>)
+        /// reported once per session. The one exception is sttd's Wayland input method saying
+        /// ``InputMethodReport/toolsAllowed`` (see ``InputMethodRoute``).
+        case inputMethod(InputMethodRoute)
         /// Through the Output module's tools.
         case tools(OutputLane)
     }
 }
 
 enum InputMethodProblem: Hashable { case secret, noField, inputMethodGone }
+
+/// A session typing through an input method. While sttd's Wayland input method says no field
+/// has the focus and the focused window's app is opted in to the typing tools, finals and keys
+/// go through a tools lane of the session instead, started the first time it is needed (so a
+/// missing tool troubles only sessions that need it).
+struct InputMethodRoute {
+    var reported: Set<InputMethodProblem> = []
+    var tools = OptInTools.notStarted
+    /// Where each final went, newest last, so that "scratch that" takes a final back where it
+    /// went (the tools, or the input method, whose own ledger decides). Bounded: a final beyond
+    /// it is taken back through the input method, which refuses what it did not commit.
+    var finals: [Destination] = []
+    static let finalsRemembered = 64
+
+    enum OptInTools {
+        case notStarted
+        case running(OutputLane)
+        /// They cannot type here (said once); such text is dropped as for no field.
+        case unavailable
+    }
+
+    enum Destination { case inputMethod, tools }
+
+    mutating func typed(to destination: Destination) {
+        finals.append(destination)
+        if finals.count > Self.finalsRemembered { finals.removeFirst() }
+    }
+}
 
 /// Desktop output: typed text goes through the desktop's input method when one is active,
 /// otherwise through the tools; the clipboard at the end.
@@ -35,7 +64,7 @@ extension SpeechCore {
         }
         if mode == .type, inputMethods.secretFieldFocused { throw Self.secretField }
         if mode == .type, inputMethods.active != nil {
-            return ActiveOutput(mode: mode, route: .inputMethod(reported: []))
+            return ActiveOutput(mode: mode, route: .inputMethod(InputMethodRoute()))
         }
         guard let lane = OutputLane.start(try output.begin(mode), on: self) else {
             throw .internal(Self.shuttingDown)
@@ -48,6 +77,11 @@ extension SpeechCore {
         guard let output = activeOutput, output.mode == .type, !typed.isEmpty else { return }
         switch output.route {
         case .inputMethod:
+            if let lane = optInToolsLane() {
+                updateInputMethodRoute { $0.typed(to: .tools) }
+                return toTools(.type(typed), lane)
+            }
+            updateInputMethodRoute { $0.typed(to: .inputMethod) }
             guard let current = inputMethods.active else {
                 return reportOnce(inputMethods.secretFieldFocused ? .secret : .inputMethodGone)
             }
@@ -72,6 +106,7 @@ extension SpeechCore {
         guard let output = activeOutput, output.mode == .type else { return }
         switch output.route {
         case .inputMethod:
+            if let lane = optInToolsLane() { return toTools(.press(key), lane) }
             if !toInputMethod(.key(key.keysym)) { reportOnce(.inputMethodGone) }
         case .tools(let lane):
             toTools(.press(key), lane)
@@ -84,7 +119,19 @@ extension SpeechCore {
         guard let output = activeOutput, output.mode == .type else { return }
         switch output.route {
         case .inputMethod:
-            toInputMethod(.delete(characters: typed.unicodeScalars.count))
+            // An empty final was typed nowhere (see typeFinal), so it has no destination to take back.
+            let went = typed.isEmpty ? nil : updateInputMethodRoute { $0.finals.popLast() } ?? nil
+            guard went == .tools else {
+                toInputMethod(.delete(characters: typed.unicodeScalars.count))
+                return
+            }
+            // The tools type into whatever has the focus: only while it is still such a window.
+            guard let lane = optInToolsLane() else {
+                logger.info(
+                    "\"scratch that\": the words went into a window that no longer has the focus; nothing deleted")
+                return
+            }
+            if !typed.isEmpty { lane.send(.retract(typed)) }
         case .tools(let lane):
             if !typed.isEmpty { lane.send(.retract(typed)) }
         }
@@ -100,9 +147,13 @@ extension SpeechCore {
         }
         activeOutput = nil
         switch output.route {
-        case .inputMethod:
+        case .inputMethod(let route):
             toInputMethod(.preedit(""))
-            if let outcome { submit { core in core.handle(outcome) } }
+            if case .running(let lane) = route.tools {
+                lane.finish(transcript: transcript, then: outcome)
+            } else if let outcome {
+                submit { core in core.handle(outcome) }
+            }
         case .tools(let lane):
             lane.finish(transcript: transcript, then: outcome)
         }
@@ -133,10 +184,49 @@ extension SpeechCore {
         return true
     }
 
+    /// The tools lane of an input-method session, when its text goes there now: sttd's Wayland
+    /// input method says no field has the focus and the window's app is opted in. Started here
+    /// the first time; nil when text goes to the input method, or the tools cannot type here.
+    private func optInToolsLane() -> OutputLane? {
+        guard let current = inputMethods.active, case .wayland = current.id, !current.report.focused,
+            current.report.toolsAllowed, case .inputMethod(var route)? = activeOutput?.route
+        else { return nil }
+        switch route.tools {
+        case .running(let lane): return lane
+        case .unavailable: return nil
+        case .notStarted: break
+        }
+        let lane: OutputLane?
+        do {
+            guard let output else { return nil }
+            lane = OutputLane.start(try output.begin(.type), on: self)
+            if lane != nil {
+                logger.info("no field has the focus in an app opted in to the typing tools; typing through them")
+            }
+        } catch {
+            lane = nil
+            let message = "\(Self.optInToolsFailed) \(error.message) \(OutputProblem.textIsKept)"
+            submit { core in core.outputFailed(message) }
+        }
+        route.tools = lane.map { .running($0) } ?? .unavailable
+        activeOutput?.route = .inputMethod(route)
+        return lane
+    }
+
+    static let optInToolsFailed = "Dictated text for an app in [wayland] typing_tools_for_apps was not typed:"
+
+    /// Changes the route of an input-method session; nil when the session has none.
+    @discardableResult
+    private func updateInputMethodRoute<Result>(_ change: (inout InputMethodRoute) -> Result) -> Result? {
+        guard case .inputMethod(var route)? = activeOutput?.route else { return nil }
+        let result = change(&route)
+        activeOutput?.route = .inputMethod(route)
+        return result
+    }
+
     /// Reports `problem` of an input-method session, once per session, after what is being done now.
     private func reportOnce(_ problem: InputMethodProblem) {
-        guard case .inputMethod(var reported)? = activeOutput?.route, reported.insert(problem).inserted else { return }
-        activeOutput?.route = .inputMethod(reported: reported)
+        guard updateInputMethodRoute({ $0.reported.insert(problem).inserted }) == true else { return }
         let message: String
         switch problem {
         case .secret: message = OutputProblem.secretField

@@ -76,6 +76,7 @@ public enum Speech1 {
                 SpeechProperty.serverAddress.declaration(initial: ""),
                 SpeechProperty.inputMethod.declaration(initial: ""),
                 SpeechProperty.activeBackend.declaration(initial: ""),
+                SpeechProperty.waylandInputMethod.declaration(initial: WaylandInputMethodStatus.off.rawValue),
             ],
             signals: signals)
     }

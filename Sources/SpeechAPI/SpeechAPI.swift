@@ -76,6 +76,9 @@ extension SpeechProperty where Value == String {
     public static var serverAddress: Self { Self("ServerAddress") }
     /// The engine of the running session: `deepgram`, or `local` (also after a fallback); empty when idle.
     public static var activeBackend: Self { Self("ActiveBackend") }
+    /// sttd as the input method of a wlroots compositor's seat, as ``WaylandInputMethodStatus``
+    /// writes it: empty, `seat0`, `unavailable:seat0`, `unsupported` or `disconnected`.
+    public static var waylandInputMethod: Self { Self("WaylandInputMethod") }
 }
 
 /// The signals of `io.github.sttd.Speech1` with typed arguments.

@@ -68,6 +68,12 @@ public final class SpeechBusAdapter: Sendable {
         }
     }
 
+    /// Shows the state of sttd's own Wayland input method as `WaylandInputMethod` (it is not the
+    /// core's, so the service that runs it says it). From any thread.
+    public func setWaylandInputMethodStatus(_ status: WaylandInputMethodStatus) {
+        object.set(.waylandInputMethod, status.rawValue)
+    }
+
     /// Waits for the calls in flight to be answered; later calls are refused.
     public func finish() async { await tasks.finish() }
 
