@@ -136,8 +136,8 @@ public enum SttdApp {
         }
         await adapter.attach()
         let waylandInputMethod = WaylandInputMethodService.make(
-            enabled: true, environment: environment, core: core, logger: logger,
-            status: { status in logger.debug("wayland input method", metadata: ["status": "\(status)"]) })
+            configuration.wayland, environment: environment, core: core, logger: logger,
+            status: { [adapter] status in adapter.setWaylandInputMethodStatus(WaylandInputMethodService.property(status)) })
         await waylandInputMethod?.attach()
         // Bound before the name is taken, so `ServerAddress` is right when clients first look.
         let listenServer: ListenServer?

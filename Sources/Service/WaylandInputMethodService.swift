@@ -3,6 +3,7 @@ import Synchronization
 import Logging
 import ServiceLifecycle
 import Speech
+import SpeechAPI
 import WaylandInputMethod
 
 /// sttd as the input method of a wlroots compositor's seat (sway, Hyprland, river): the core's
@@ -68,7 +69,10 @@ struct WaylandInputMethodService: Service {
     func run() async throws {
         let (core, connection, status, toolsApps) = (core, connection, status, typingToolsForApps)
         await withGracefulShutdownHandler {
+            var lost = false
             while !Task.isCancelled {
+                // A socket that refused the last connection must be made anew first.
+                guard await connection.waitForSocket(recreated: lost) else { return }
                 let seat = SeatName()
                 let ended = await connection.serve(
                     status: { now in
@@ -90,10 +94,22 @@ struct WaylandInputMethodService: Service {
                 status(ended)
                 // No input method protocol here (GNOME, KDE): nothing to wait for.
                 if ended == .unsupported { return }
-                guard await connection.waitForSocket() else { return }
+                lost = true
             }
         } onGracefulShutdown: {
             connection.stop()
+        }
+    }
+}
+
+extension WaylandInputMethodService {
+    /// The `WaylandInputMethod` property's value for `status`.
+    static func property(_ status: SeatStatus) -> WaylandInputMethodStatus {
+        switch status {
+        case .held(let seat): .held(seat: seat)
+        case .unavailable(let seat): .unavailable(seat: seat)
+        case .unsupported: .unsupported
+        case .disconnected: .disconnected
         }
     }
 }

@@ -73,7 +73,9 @@ extension Listeners {
             state: { data, handle, array in
                 guard let handle, let array else { return }
                 let count = array.pointee.size / MemoryLayout<UInt32>.size
-                let states = array.pointee.data.map { Array($0.bindMemory(to: UInt32.self, capacity: count).prefix(count)) }
+                let states = array.pointee.data.map {
+                    Array(UnsafeBufferPointer(start: $0.bindMemory(to: UInt32.self, capacity: count), count: count))
+                }
                 session(data).focusedApp.states(handle, states ?? [])
             },
             done: { data, handle in

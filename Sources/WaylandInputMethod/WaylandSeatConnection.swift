@@ -62,12 +62,13 @@ public final class WaylandSeatConnection: Sendable {
         }
     }
 
-    /// Waits until the socket exists again (a compositor restarted); false after ``stop()``.
-    public func waitForSocket() async -> Bool {
+    /// Waits until the socket exists (`recreated`: until it is made anew, as by a compositor
+    /// that started again); false after ``stop()``.
+    public func waitForSocket(recreated: Bool = false) async -> Bool {
         let (path, commands) = (socketPath, commands)
         return await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
-                let thread = Thread { continuation.resume(returning: SocketWatch.wait(for: path, commands: commands)) }
+                let thread = Thread { continuation.resume(returning: SocketWatch.wait(for: path, recreated: recreated, commands: commands)) }
                 thread.name = "wayland-im-wait"
                 thread.start()
             }
@@ -191,7 +192,7 @@ final class SeatSession {
             return .unavailable(seat: seatName)
         }
         if let manager = globals.toplevelManager {
-            let toplevels = sttd_wl_bind_foreign_toplevel_manager(registry, manager.name, min(manager.version, 3))
+            let toplevels = sttd_wl_bind_foreign_toplevel_manager(registry, manager.name)
             zwlr_foreign_toplevel_manager_v1_add_listener(
                 toplevels, Listeners.toplevelManager, Unmanaged.passUnretained(self).toOpaque())
         }

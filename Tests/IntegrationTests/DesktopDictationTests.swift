@@ -9,15 +9,20 @@ extension Integration {
     /// foot and wtype (scripts/desktop-env starts both).
     @Suite("Dictation into real windows", .serialized)
     struct DesktopDictationTests {
-        /// sttd for a desktop: its environment names the desktop, nothing else of the test's.
+        /// sttd for a desktop: its environment names the desktop, nothing else of the test's. These
+        /// tests are about the typing tools, so on sway sttd is not the input method
+        /// (SwayInputMethodTests test that).
         static func sttd(
             on window: ReceivingWindow, config: String? = nil, environment extra: [String: String] = [:]
         ) async throws -> SttdFixture {
             var environment = ["DISPLAY": "", "WAYLAND_DISPLAY": "", "XDG_CURRENT_DESKTOP": ""]
             environment.merge(window.environment) { $1 }
             environment.merge(extra) { $1 }
-            return try await SttdFixture(config: config, environment: environment)
+            return try await SttdFixture(config: (config ?? "") + toolsOnSway, environment: environment)
         }
+
+        /// The config lines that leave sway's seat to the typing tools.
+        static let toolsOnSway = "\n[wayland]\ninput_method = false\n"
 
         @Test(arguments: DesktopKind.allCases)
         func everyFinalIsTypedAndTheWindowHoldsTheStopReply(_ kind: DesktopKind) async throws {

@@ -187,7 +187,8 @@ extension Integration {
         /// Without IBus, typing works on both test desktops: the probe reaches each display and types nothing.
         @Test(arguments: DesktopKind.allCases)
         func theTypingToolAnswersWithoutTyping(_ kind: DesktopKind) async throws {
-            let sttd = try await SttdFixture(environment: try kind.environment())
+            let sttd = try await SttdFixture(
+                config: DesktopDictationTests.toolsOnSway, environment: try kind.environment())
             let components = try Self.noComponents()
             defer { try? FileManager.default.removeItem(atPath: components) }
             var session = try Self.x11Session(sttd, components: components)

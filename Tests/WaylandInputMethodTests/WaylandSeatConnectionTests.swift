@@ -26,8 +26,10 @@ struct WaylandSeatConnectionTests {
         }
         try await waitFor("the seat held") { seen.statuses.withLock { $0.contains(.held(seat: "seat0")) } }
         try await waitFor("foot's field active") {
-            seen.reports.withLock { $0.last == FieldReport(active: true, focused: true, secret: false) }
+            seen.reports.withLock { $0.last.map { $0.active && $0.focused && !$0.secret } == true }
         }
+        // foot's window is the active one (foreign-toplevel), by its app id.
+        #expect(seen.reports.withLock { $0.last?.app?.hasPrefix("sttd-test-") } == true)
         #expect(connection.deliver(.commit("café ✓ 😀")))
         try await window.waitForText("café ✓ 😀")
         #expect(connection.deliver(.commit(" gone")))
