@@ -13,6 +13,10 @@
 ///   longer ending with it (the user typed or moved the cursor) makes it the field's own.
 ///   Terminals ignore `delete_surrounding_text`: there the deletion is BackSpaces.
 /// - Keys are pressed only while an ordinary field is active.
+/// - A GTK entry that hides its text (most apps' password field) activates the input method as an
+///   ordinary field: only its text, shown as "●●●", gives it away. Before the first text or
+///   preedit goes into a field whose text is empty, a space is committed and taken back once the
+///   field shows how it displays it (see SeatMachine+Probe.swift).
 struct SeatMachine: Sendable {
     enum Event: Sendable, Equatable {
         /// The input method object exists and no other holds the seat (no `unavailable` came).
@@ -28,6 +32,8 @@ struct SeatMachine: Sendable {
         case deliver(Delivery)
         /// The active window's app id (foreign-toplevel), or nil.
         case focusedApp(String?)
+        /// The field did not show the probe within ``probeLimit``.
+        case probeOverdue
     }
 
     enum Action: Sendable, Equatable {
@@ -39,6 +45,10 @@ struct SeatMachine: Sendable {
         case dropped(characters: Int, secret: Bool)
         /// A deletion refused: the text before the cursor is not what sttd committed.
         case deleteRefused(characters: Int)
+        /// A probe went out: wait at most ``probeLimit`` for the field's answer.
+        case probeSent
+        /// The field did not answer the probe (logged; it gets nothing).
+        case probeUnanswered
     }
 
     struct FieldState: Equatable {
@@ -54,17 +64,19 @@ struct SeatMachine: Sendable {
     static let changeCauseOther: UInt32 = 1
 
     private var holding = false
-    private var current = FieldState()
+    var current = FieldState()
     private var pending = FieldState()
     /// An `activate` or `deactivate` came and its `done` has not.
     private var changing = false
     /// An `activate` came since the last `done`: the next `done` starts a new field.
     private var activating = false
-    private var doneCount: UInt32 = 0
+    var doneCount: UInt32 = 0
     private var waiting: [Delivery] = []
     private var preedit = ""
     /// The field shows a non-empty preedit.
     private var preeditShown = false
+    /// Whether the active field hides its text, as far as known.
+    var fieldKind = FieldKind.unknown
     /// The texts committed into the active field, oldest first, and whether the field's text has
     /// since been seen ending with the newest one.
     private var committed: [String] = []
@@ -76,12 +88,14 @@ struct SeatMachine: Sendable {
 
     var report: FieldReport {
         FieldReport(
-            active: holding, focused: current.active, secret: current.active && current.contentType.isSecret,
+            active: holding, focused: current.active, secret: current.active && isSecretField,
             app: holding ? app : nil)
     }
 
+    private var isSecretField: Bool { current.contentType.isSecret || fieldKind == .hidden }
+
     /// The active ordinary field, if text may go there now.
-    private var ordinaryFieldActive: Bool { holding && current.active && !current.contentType.isSecret }
+    var ordinaryFieldActive: Bool { holding && current.active && !isSecretField }
 
     mutating func handle(_ event: Event) -> [Action] {
         var actions: [Action] = []
@@ -110,17 +124,34 @@ struct SeatMachine: Sendable {
             actions += applyDone()
         case .preedit(let text):
             preedit = text
-            if !changing { actions += showPreedit() }
+            guard !changing, fieldKind != .probing else { break }
+            // Clearing needs no probe.
+            if text.isEmpty {
+                actions += showPreedit()
+                break
+            }
+            let gate = probeGate()
+            actions += gate.actions
+            if gate.ready { actions += showPreedit() }
         case .focusedApp(let app):
             self.app = app
         case .deliver(let delivery):
             if case .commit = delivery { preedit = "" }
-            if changing {
+            var ready = !changing && fieldKind != .probing
+            if ready {
+                let gate = probeGate()
+                actions += gate.actions
+                ready = gate.ready
+            }
+            if ready {
+                actions += deliver(delivery)
+            } else {
                 waiting.append(delivery)
                 if waiting.count > Self.pendingLimit { waiting.removeFirst() }
-            } else {
-                actions += deliver(delivery)
             }
+        case .probeOverdue:
+            actions += probeAnswered(within: nil)
+            actions += deliverWaiting()
         }
         if report != reported {
             reported = report
@@ -138,21 +169,26 @@ struct SeatMachine: Sendable {
         pending.changeCause = 0
         changing = false
         activating = false
+        var actions: [Action] = []
         if newField || !current.active {
             committed.removeAll()
             preeditShown = false
+            fieldKind = .unknown
+        } else if fieldKind == .probing {
+            guard let shown = current.surrounding, !shown.beforeCursor.isEmpty else { return [] }
+            actions += probeAnswered(within: shown)
         } else {
             followFieldText()
         }
-        var actions: [Action] = []
-        let queued = waiting
-        waiting.removeAll()
-        actions += queued.flatMap { deliver($0) }
-        if current.active, current.contentType.isSecret, preeditShown {
+        let wasProbing = fieldKind == .probing
+        actions += deliverWaiting()
+        if current.active, isSecretField, preeditShown {
             actions.append(.send(Commit(preedit: "", serial: doneCount)))
             preeditShown = false
-        } else if newField {
-            actions += showPreedit()
+        } else if newField || wasProbing, !preedit.isEmpty {
+            let gate = probeGate()
+            actions += gate.actions
+            if gate.ready { actions += showPreedit() }
         }
         return actions
     }
@@ -169,11 +205,24 @@ struct SeatMachine: Sendable {
         }
     }
 
+    /// The deliveries that waited for a `done` or the probe, in order.
+    private mutating func deliverWaiting() -> [Action] {
+        var actions: [Action] = []
+        if !waiting.isEmpty {
+            let gate = probeGate()
+            actions += gate.actions
+            guard gate.ready else { return actions }
+        }
+        let queued = waiting
+        waiting.removeAll()
+        return actions + queued.flatMap { deliver($0) }
+    }
+
     private mutating func deliver(_ delivery: Delivery) -> [Action] {
         guard ordinaryFieldActive else {
             switch delivery {
             case .commit(let text):
-                return [.dropped(characters: text.count, secret: current.active && current.contentType.isSecret)]
+                return [.dropped(characters: text.count, secret: current.active && isSecretField)]
             case .delete(let characters):
                 return characters > 0 ? [.deleteRefused(characters: characters)] : []
             case .key:

@@ -37,7 +37,9 @@ extension SeatSession {
                 pollfd(fd: wl_display_get_fd(display), events: Int16(POLLIN) | (writable ? 0 : Int16(POLLOUT)), revents: 0),
                 pollfd(fd: commands.wakeFD, events: Int16(POLLIN), revents: 0),
             ]
-            let ready = poll(&fds, 2, Self.milliseconds(until: deadline))
+            if !machine.isProbing { probeDeadline = nil }
+            let wake = [deadline, probeDeadline].compactMap { $0 }.min()
+            let ready = poll(&fds, 2, Self.milliseconds(until: wake))
             if ready < 0 {
                 wl_display_cancel_read(display)
                 if errno == EINTR { continue }
@@ -45,6 +47,11 @@ extension SeatSession {
             }
             if ready == 0 {
                 wl_display_cancel_read(display)
+                if let probeDeadline, probeDeadline <= .now {
+                    self.probeDeadline = nil
+                    handle(.probeOverdue)
+                    continue
+                }
                 throw .failed("the compositor did not answer within \(Self.roundTripLimit)")
             }
             if fds[0].revents & Int16(POLLIN) != 0 {
@@ -107,6 +114,11 @@ extension SeatSession {
                 logger.info(
                     secret ? "text for a password field dropped" : "text dropped: no text field is active",
                     metadata: ["characters": "\(characters)"])
+            case .probeSent:
+                probeDeadline = .now + SeatMachine.probeLimit
+            case .probeUnanswered:
+                logger.notice(
+                    "the field did not show its text within \(SeatMachine.probeLimit); it gets no dictation, as a password field")
             case .deleteRefused(let characters):
                 logger.notice(
                     "\"scratch that\" refused: the text before the cursor is not what sttd typed there",

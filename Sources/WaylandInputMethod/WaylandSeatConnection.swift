@@ -96,6 +96,8 @@ final class SeatSession {
     var focusedApp = FocusedApp()
     var unavailable = false
     var syncDone = false
+    /// When the field's answer to the probe is overdue (see SeatMachine+Probe.swift).
+    var probeDeadline: ContinuousClock.Instant?
 
     struct Global {
         var name: UInt32

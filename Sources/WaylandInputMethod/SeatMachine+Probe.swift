@@ -1,0 +1,62 @@
+/// Telling a field that hides its text from an ordinary one. GTK 3.24 and 4.8 on sway activate
+/// the input method for an entry with visibility off (a password field) exactly as for any other
+/// field, with no password purpose or hint; only the text it reports, each character shown as
+/// its invisible character ("●"), gives it away. An empty field shows nothing, so before sttd's
+/// first text or preedit goes into an empty field, a space is committed: the field reports " "
+/// (ordinary) or "●" (hidden), and the probe is deleted again before anything else goes in.
+extension SeatMachine {
+    enum FieldKind: Sendable, Equatable {
+        case unknown
+        /// The probe space is on its way; text waits.
+        case probing
+        case ordinary
+        /// It shows its text as invisible characters: a password field.
+        case hidden
+    }
+
+    /// How long a field may take to report the probe before it counts as hidden (it gets
+    /// nothing: safer than typing a password field's text in).
+    static let probeLimit = Duration.seconds(1)
+
+    /// The characters toolkits show in place of a hidden text's (GTK's default is the first
+    /// of these its font has).
+    static let invisibleCharacters: Set<Character> = ["●", "•", "✱", "✺", "*", "∗", "⚫", "·"]
+
+    static let probeText = " "
+
+    /// A field's text made only of one invisible character.
+    static func looksHidden(_ text: String) -> Bool {
+        guard let first = text.first, invisibleCharacters.contains(first) else { return false }
+        return text.allSatisfy { $0 == first }
+    }
+
+    /// Text may go into the active field now (`ready`), or a probe goes out first.
+    mutating func probeGate() -> (ready: Bool, actions: [Action]) {
+        guard ordinaryFieldActive, fieldKind == .unknown else { return (fieldKind != .probing, []) }
+        // A terminal, or a field that does not report its text: nothing to learn.
+        guard !current.contentType.isTerminal, let shown = current.surrounding else {
+            fieldKind = .ordinary
+            return (true, [])
+        }
+        if !shown.text.isEmpty {
+            fieldKind = Self.looksHidden(shown.text) ? .hidden : .ordinary
+            return (true, [])
+        }
+        fieldKind = .probing
+        return (false, [.send(Commit(preedit: "", text: Self.probeText, serial: doneCount)), .probeSent])
+    }
+
+    /// The field reported its text after the probe (`shown`), or did not in time (nil): the
+    /// probe is taken back and the field's kind is known.
+    mutating func probeAnswered(within shown: Surrounding?) -> [Action] {
+        guard fieldKind == .probing else { return [] }
+        guard let last = shown?.beforeCursor.last else {
+            fieldKind = .hidden
+            return [.probeUnanswered]
+        }
+        fieldKind = last == Character(Self.probeText) ? .ordinary : .hidden
+        return [.send(Commit(preedit: "", deleteBefore: UInt32(String(last).utf8.count), serial: doneCount))]
+    }
+
+    var isProbing: Bool { fieldKind == .probing }
+}
