@@ -133,6 +133,9 @@ extension Integration {
             let field = try await sway.openField(.gtk3)
             try await sway.typeKeys("Hello, World!\nok")
             try await field.waitForText("Hello, World!\nok", context: sway.log)
+            let held = try await sway.pressKey(keysym: 0x61)
+            try await held.release()
+            try await field.waitForText("Hello, World!\noka", context: sway.log)
             field.close()
 
             sway.stop()
@@ -145,6 +148,38 @@ extension Integration {
             try await im.waitForState("the field on the new sway to activate the input method") { $0.active }
             try im.commit(Self.text)
             try await again.waitForText(Self.text, context: sway.log)
+        }
+
+        /// For an sttd, the socket is linked into sttd's runtime folder under the name
+        /// ``SwayDesktop/sttdEnvironment`` gives it, and clients reach sway through it.
+        @Test func sttdsRuntimeFolderHoldsTheSocket() async throws {
+            let sttd = try await SttdFixture(environment: SwayDesktop.sttdEnvironment)
+            let sway = try await SwayDesktop.start(for: sttd)
+            defer { sway.close() }
+            let runtime = try #require(sttd.environment["XDG_RUNTIME_DIR"])
+            let keyboard = try TestKeyboard(socket: "\(runtime)/\(SwayDesktop.display)")
+            defer { keyboard.close() }
+            let field = try await sway.openField(.gtk3)
+            try keyboard.typeKeys("via sttd's link")
+            try await field.waitForText("via sttd's link", context: sway.log)
+        }
+
+        /// A browser's textarea on sway (text-input-v3) activates the input method and shows its
+        /// preedit as the composition; the commit lands exactly.
+        @Test(arguments: BrowserField.Browser.allCases)
+        func aBrowserTextareaTakesTheInputMethodsText(_ browser: BrowserField.Browser) async throws {
+            let sway = try await SwayDesktop.start()
+            defer { sway.close() }
+            let im = try sway.bindInputMethod()
+            defer { im.close() }
+            let field = try await sway.openBrowser(browser)
+            try await im.waitForState("the textarea to activate the input method") { $0.active }
+            try im.setPreedit("dictating")
+            try await waitFor("the composition in \(browser): \(String(describing: field.page.record))") {
+                field.page.record?.preedit == "dictating"
+            }
+            try im.commit(Self.text)
+            try await field.page.waitForText(Self.text, context: "\(field.log)\n\(sway.log)")
         }
     }
 }
