@@ -25,8 +25,9 @@ public final class TestKeyboard: @unchecked Sendable {
 
     /// Connects to the compositor's socket at `path`, makes the virtual keyboard on its first
     /// seat and gives it the keymap before anything else (a key before it is a protocol error).
-    public init(socket path: String) throws {
-        let layout = try Layout()
+    /// `layout` and `variant` are xkb names ("us", "intl": dead keys); empty is xkbcommon's default.
+    public init(socket path: String, layout name: String = "", variant: String = "") throws {
+        let layout = try Layout(name: name, variant: variant)
         self.layout = layout
         let client = try WaylandTestClient(socket: path)
         self.client = client
@@ -99,13 +100,21 @@ public final class TestKeyboard: @unchecked Sendable {
         private let keys: [UInt32: Key]
         let shiftMask: UInt32
 
-        init() throws {
+        init(name: String, variant: String) throws {
             guard let context = xkb_context_new(XKB_CONTEXT_NO_FLAGS) else {
                 throw MissingPrerequisite(description: "xkb_context_new failed (libxkbcommon0, xkb-data)")
             }
             defer { xkb_context_unref(context) }
-            guard let keymap = xkb_keymap_new_from_names(context, nil, XKB_KEYMAP_COMPILE_NO_FLAGS) else {
-                throw MissingPrerequisite(description: "xkbcommon compiled no default keymap (xkb-data)")
+            // Empty names are xkbcommon's defaults (XKB_DEFAULT_*, else evdev/pc105/us).
+            let compiled = name.withCString { layout in
+                variant.withCString { variant in
+                    var names = xkb_rule_names(rules: nil, model: nil, layout: layout, variant: variant, options: nil)
+                    return xkb_keymap_new_from_names(context, &names, XKB_KEYMAP_COMPILE_NO_FLAGS)
+                }
+            }
+            guard let keymap = compiled else {
+                throw MissingPrerequisite(
+                    description: "xkbcommon compiled no keymap for \"\(name)(\(variant))\" (xkb-data)")
             }
             defer { xkb_keymap_unref(keymap) }
             guard let string = xkb_keymap_get_as_string(keymap, XKB_KEYMAP_FORMAT_TEXT_V1) else {
