@@ -181,5 +181,52 @@ extension Integration {
             try im.commit(Self.text)
             try await field.page.waitForText(Self.text, context: "\(field.log)\n\(sway.log)")
         }
+
+        /// foot's test app records what a line editor would show (CR a line break, BackSpace
+        /// takes back one character, be it a commit's "é"), with the cursor still or moving (`echo`).
+        @Test(arguments: [false, true])
+        func theTerminalFieldRecordsWhatALineEditorShows(_ echo: Bool) async throws {
+            let sway = try await SwayDesktop.start()
+            defer { sway.close() }
+            let im = try sway.bindInputMethod()
+            defer { im.close() }
+            let field = try await sway.openField(.foot, echo: echo)
+            try await im.waitForState("foot to activate the input method") { $0.active }
+            try im.commit("café")
+            try await field.waitForText("café", context: sway.log)
+            try await sway.typeKeys("\u{8}e\nok")
+            try await field.waitForText("cafe\nok", context: sway.log)
+        }
+
+        /// Dead keys still compose in a GTK field while an input method holds the seat (no
+        /// keyboard grab): dead_acute, e gives "é" through GTK's own composing.
+        @Test func deadKeysComposeWithAnInputMethodOnTheSeat() async throws {
+            let sway = try await SwayDesktop.start()
+            defer { sway.close() }
+            let im = try sway.bindInputMethod()
+            defer { im.close() }
+            let international = try TestKeyboard(socket: sway.socketPath, layout: "us", variant: "intl")
+            defer { international.close() }
+            let field = try await sway.openField(.gtk3)
+            try await im.waitForState("the field to activate the input method") { $0.active }
+            try await international.pressKey(keysym: 0xfe51).release()
+            try international.typeKeys("e")
+            try await field.waitForText("é", context: sway.log)
+        }
+
+        /// Lines added to sway's config take effect: a `bindsym` on keypad + runs its command when
+        /// the test keyboard presses the key (the compositor's push-to-talk path).
+        @Test func extraConfigBindsAKey() async throws {
+            let folder = try makeTemporaryDirectory("sttd-sway-binding")
+            defer { try? FileManager.default.removeItem(atPath: folder) }
+            // sway's `exec` runs as sway's user.
+            chmod(folder, 0o777)
+            let sway = try await SwayDesktop.start(config: "bindsym KP_Add exec touch \(folder)/pressed")
+            defer { sway.close() }
+            try await sway.pressKey(keysym: 0xffab).release()
+            try await waitFor("the binding to run its command: \(sway.log)") {
+                FileManager.default.fileExists(atPath: "\(folder)/pressed")
+            }
+        }
     }
 }

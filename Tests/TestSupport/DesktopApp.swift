@@ -20,9 +20,11 @@ public enum DesktopApp: String, CaseIterable, Sendable, CustomStringConvertible 
 
     /// Opens this app's window with one field (a password field if `password`: GTK 3, GTK 4 and
     /// Qt; an invisible GtkEntry if `invisible`: GTK 3 and 4) in `environment`; the desktop then
-    /// focuses it. `appID` names the window's Wayland app id (Qt and foot; foot needs one).
+    /// focuses it. `appID` names the window's Wayland app id (Qt and foot; foot needs one);
+    /// `echo`: the terminal app writes back what it receives, moving the cursor (foot).
     func openField(
-        environment: [String: String], password: Bool, invisible: Bool = false, appID: String? = nil
+        environment: [String: String], password: Bool, invisible: Bool = false, appID: String? = nil,
+        echo: Bool = false
     ) async throws -> IBusField {
         guard !invisible || [.gtk3, .gtk4].contains(self) else {
             throw MissingPrerequisite(description: "only the GTK test fields have an invisible entry, not \(self)")
@@ -50,7 +52,7 @@ public enum DesktopApp: String, CaseIterable, Sendable, CustomStringConvertible 
             guard let appID else { throw MissingPrerequisite(description: "foot's test window needs an app id") }
             let foot = try requireTool("foot", package: "foot")
             return try await IBusField(
-                environment: environment, password: false, client: "tty_field.py",
+                environment: environment, password: false, client: "tty_field.py", flags: echo ? ["--echo"] : [],
                 launcher: [foot, "--app-id", appID], needs: "foot")
         }
     }

@@ -208,15 +208,16 @@ public final class SwayDesktop: @unchecked Sendable {
             try requireTool("swaymsg", package: "sway"), arguments, environment: ["SWAYSOCK": swaysock], timeout: 10)
     }
 
-    /// Opens `app`'s window with one field (see ``DesktopApp``: `password`, `invisible` for GTK,
-    /// `appID` for Qt and foot) and gives it the keyboard focus; it closes at the latest with
-    /// the desktop.
+    /// Opens `app`'s window with one field (`password` for GTK and Qt, `invisible` for GTK,
+    /// `appID` for Qt and foot, `echo` for foot: `tty_field.py --echo`) and gives it the
+    /// keyboard focus; it closes at the latest with the desktop.
     public func openField(
-        _ app: DesktopApp = .gtk3, password: Bool = false, invisible: Bool = false, appID: String? = nil
+        _ app: DesktopApp = .gtk3, password: Bool = false, invisible: Bool = false, appID: String? = nil,
+        echo: Bool = false
     ) async throws -> IBusField {
         let appID = appID ?? (app == .foot ? "sttd-test-foot-\(UUID().uuidString.prefix(8))" : nil)
         let field = try await app.openField(
-            environment: clientEnvironment, password: password, invisible: invisible, appID: appID)
+            environment: clientEnvironment, password: password, invisible: invisible, appID: appID, echo: echo)
         fields.withLock { $0.append(field) }
         // A terminal app asks for focus reports after foot took the focus: it hears only of the next.
         try await focus(field, refocus: app == .foot)
@@ -225,7 +226,7 @@ public final class SwayDesktop: @unchecked Sendable {
 
     /// As ``openField(_:password:invisible:appID:)``, for the desktops' shared matrix.
     public func openField(_ app: DesktopApp, password: Bool) async throws -> IBusField {
-        try await openField(app, password: password, invisible: false, appID: nil)
+        try await openField(app, password: password, invisible: false, appID: nil, echo: false)
     }
 
     /// Gives `field`'s window the keyboard focus (`[pid=N] focus`) and waits until the field
@@ -253,7 +254,8 @@ public final class SwayDesktop: @unchecked Sendable {
     /// Presses `keysym` on the seat's keyboard and holds it until the release.
     public func pressKey(keysym: UInt32) async throws -> HeldKey { try keyboard.pressKey(keysym: keysym) }
 
-    /// Types `text` on the seat's keyboard into the focused window (ASCII; "\n" is Return).
+    /// Types `text` on the seat's keyboard into the focused window (ASCII; "\n" is Return,
+    /// "\u{8}" BackSpace).
     public func typeKeys(_ text: String) async throws { try keyboard.typeKeys(text) }
 
     /// Binds a ``TestInputMethod`` on sway's seat.

@@ -63,7 +63,8 @@ public final class TestKeyboard: @unchecked Sendable {
     }
 
     /// Presses and releases the key of each character of `text` (what the layout holds: ASCII on
-    /// the default one; "\n" is Return, "\t" Tab), with Shift where the symbol needs it.
+    /// the default one; "\n" is Return, "\t" Tab, "\u{8}" BackSpace), with Shift where the
+    /// symbol needs it.
     public func typeKeys(_ text: String) throws {
         let keys = try text.unicodeScalars.map { scalar -> Key in
             switch scalar {
