@@ -150,13 +150,14 @@ public final class SwayDesktop: @unchecked Sendable {
             stderr: "\(directory)/sway.\(start).log")
         let runtime = swayRuntime
         var found: (swaysock: String, socket: String)?
+        // setpriv execs sway: the IPC socket carries the child's pid.
+        let ipcSuffix = ".\(process.pid).sock"
         let up = try await happens(within: .seconds(30)) {
-            guard process.isRunning else { return false }
+            if let status = process.exitStatus {
+                throw MissingPrerequisite(description: "sway exited with status \(status): \(log)")
+            }
             let names = (try? FileManager.default.contentsOfDirectory(atPath: runtime)) ?? []
-            // setpriv execs sway: the IPC socket carries the child's pid.
-            guard
-                let swaysock = names.first(where: { $0.hasPrefix("sway-ipc.") && $0.hasSuffix(".\(process.pid).sock") }
-                ),
+            guard let swaysock = names.first(where: { $0.hasPrefix("sway-ipc.") && $0.hasSuffix(ipcSuffix) }),
                 let socket = names.first(where: { $0.hasPrefix("wayland-") && !$0.hasSuffix(".lock") })
             else { return false }
             let version = try await run(
