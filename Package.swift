@@ -164,6 +164,8 @@ let package = Package(
             name: "TestSupport",
             dependencies: [
                 "Capture", "DBus", "Dictation", "Recognition", "SpeechAPI", "CSttdSystem",
+                // The test keyboard and input method on a wlroots seat (SwayDesktop).
+                "CWaylandClient", "CWaylandIM", "CXKBCommon",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -3,11 +3,11 @@
 (on Wayland the compositor's text-input-v3; GTK_IM_MODULE=ibus on X11), recording what it holds
 and every preedit shown (field_state.py).
 
-  gtk4_field.py READY STATE [--purpose password]
+  gtk4_field.py READY STATE [--purpose password | --invisible]
 
 READY gets the window's X id once the window is shown ("wayland" on a Wayland display). With
---purpose password the field is a visible GtkEntry whose input purpose is PASSWORD, as in
-ibus_field.py.
+--purpose password the field is a visible GtkEntry whose input purpose is PASSWORD, with
+--invisible an invisible GtkEntry (set_visibility(False)), as in ibus_field.py.
 """
 import sys
 
@@ -25,14 +25,18 @@ except (ImportError, ValueError):
 
 ready_path, state_path = sys.argv[1], sys.argv[2]
 password = "--purpose" in sys.argv and sys.argv[sys.argv.index("--purpose") + 1] == "password"
+invisible = "--invisible" in sys.argv
 state = FieldState(state_path)
 
 loop = GLib.MainLoop()
 window = Gtk.Window(title="sttd test field")
 window.set_default_size(800, 300)
-if password:
+if password or invisible:
     field = Gtk.Entry()
-    field.set_input_purpose(Gtk.InputPurpose.PASSWORD)
+    if password:
+        field.set_input_purpose(Gtk.InputPurpose.PASSWORD)
+    else:
+        field.set_visibility(False)
     field.connect("changed", lambda e: state.update(text=e.get_text()))
     # The entry's GtkText child shows the preedit.
     field.get_delegate().connect("preedit-changed", lambda _field, preedit: state.preedit(preedit))

@@ -5,12 +5,13 @@ the input method showed, in a JSON file the tests read:
 
     {"text": "...", "preedit": "...", "preedits": N, "preedit_seen": ["...", ...], "focus": true}
 
-  ibus_field.py READY STATE [--purpose password]
+  ibus_field.py READY STATE [--purpose password | --invisible]
 
 READY gets the window's X id once the window is shown ("wayland" on a Wayland display, where
 GTK's default input method module is the compositor's, text-input-v3). With --purpose password the field
 is a visible GtkEntry whose input purpose is PASSWORD (GTK keeps input methods away from
-invisible ones by itself); otherwise a GtkTextView (free form, several lines).
+invisible ones by itself); with --invisible an invisible GtkEntry (set_visibility(False)), the
+password field most apps have; otherwise a GtkTextView (free form, several lines).
 """
 import sys
 
@@ -22,15 +23,19 @@ from gi.repository import GLib, Gtk  # noqa: E402
 
 ready_path, state_path = sys.argv[1], sys.argv[2]
 password = "--purpose" in sys.argv and sys.argv[sys.argv.index("--purpose") + 1] == "password"
+invisible = "--invisible" in sys.argv
 
 state = FieldState(state_path)
 
 window = Gtk.Window(title="sttd test field")
 window.set_default_size(800, 300)
 window.move(0, 0)
-if password:
+if password or invisible:
     field = Gtk.Entry()
-    field.set_input_purpose(Gtk.InputPurpose.PASSWORD)
+    if password:
+        field.set_input_purpose(Gtk.InputPurpose.PASSWORD)
+    else:
+        field.set_visibility(False)
     field.connect("changed", lambda e: state.update(text=e.get_text()))
 else:
     field = Gtk.TextView()

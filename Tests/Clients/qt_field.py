@@ -4,10 +4,11 @@ Wayland display (QT_QPA_PLATFORM=wayland) the compositor's text-input protocol, 
 with QT_IM_MODULE=ibus. It records what the field holds and every preedit the input method
 showed (field_state.py).
 
-  qt_field.py 5|6 READY STATE [--purpose password]
+  qt_field.py 5|6 READY STATE [--purpose password] [--app-id ID]
 
 READY gets the window's X id once the window is shown ("wayland" on a Wayland display). With
---purpose password the field hides what it holds (QLineEdit.EchoMode.Password).
+--purpose password the field hides what it holds (QLineEdit.EchoMode.Password). --app-id sets
+the window's Wayland app id (the desktop file name), by which a compositor tells apps apart.
 """
 import sys
 
@@ -43,6 +44,8 @@ class Field(QLineEdit):
 
 
 app = QApplication(sys.argv[:1])
+if "--app-id" in sys.argv:
+    QGuiApplication.setDesktopFileName(sys.argv[sys.argv.index("--app-id") + 1])
 field = Field()
 field.setWindowTitle("sttd test field")
 field.resize(800, 100)

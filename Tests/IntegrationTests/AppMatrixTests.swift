@@ -159,3 +159,4 @@ protocol MatrixDesktop: Sendable {
 extension GnomeDesktop: MatrixDesktop {}
 extension KdeDesktop: MatrixDesktop {}
 extension IBusDesktop: MatrixDesktop {}
+extension SwayDesktop: MatrixDesktop {}

@@ -179,18 +179,22 @@ public final class IBusField: @unchecked Sendable {
 
     /// Starts the window in `environment` and waits until it is shown; the desktop focuses it.
     /// `client` is a script in Tests/Clients taking READY STATE [--purpose password] after
-    /// `options`, writing the record below; `needs` names its packages for a failure.
+    /// `options`, and `flags` after them, writing the record below; `launcher` is the command
+    /// that runs the interpreter (a terminal's, for a terminal app); `needs` names its packages
+    /// for a failure.
     init(
         environment: [String: String], password: Bool, client: String = "ibus_field.py", options: [String] = [],
-        needs: String = "python3-gi, gir1.2-gtk-3.0"
+        flags: [String] = [], launcher: [String] = [], needs: String = "python3-gi, gir1.2-gtk-3.0"
     ) async throws {
         self.environment = environment
         directory = try makeTemporaryDirectory("sttd-field")
         let script = "\(DeepgramSDKClient.packageRoot)/Tests/Clients/\(client)"
         let ready = "\(directory)/ready"
+        let command = launcher + ["/usr/bin/python3"]
         process = try ChildProcess(
-            "/usr/bin/python3",
-            [script] + options + [ready, "\(directory)/state"] + (password ? ["--purpose", "password"] : []),
+            command[0],
+            Array(command.dropFirst()) + [script] + options + [ready, "\(directory)/state"]
+                + (password ? ["--purpose", "password"] : []) + flags,
             // The scripts import field_state.py: no __pycache__ in the source tree.
             environment: environment.merging(["PYTHONDONTWRITEBYTECODE": "1"]) { $1 },
             stderr: "\(directory)/field.log")
@@ -204,7 +208,7 @@ public final class IBusField: @unchecked Sendable {
             in: .whitespacesAndNewlines)
     }
 
-    /// The window's process, by which a compositor's scripts find it.
+    /// The window's process (the terminal's, for a terminal app), by which a compositor finds it.
     public var pid: pid_t { process.pid }
 
     /// The window's own log (GTK's warnings).
