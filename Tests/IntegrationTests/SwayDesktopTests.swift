@@ -174,9 +174,12 @@ extension Integration {
             defer { im.close() }
             let field = try await sway.openBrowser(browser)
             try await im.waitForState("the textarea to activate the input method") { $0.active }
-            try im.setPreedit("dictating")
-            try await waitFor("the composition in \(browser): \(String(describing: field.page.record))") {
-                field.page.record?.preedit == "dictating"
+            // Firefox once showed no preedit sent right after the activation (1 run in ~15, on a
+            // loaded machine; its editor not yet taking compositions is the likely cause, not
+            // established). Here the fixture is under test, so the preedit goes again until shown.
+            try await waitFor("the composition in \(browser): \(String(describing: field.page.record)), \(im.events)") {
+                try im.setPreedit("dictating")
+                return await happens(within: .seconds(2)) { field.page.record?.preedit == "dictating" }
             }
             try im.commit(Self.text)
             try await field.page.waitForText(Self.text, context: "\(field.log)\n\(sway.log)")
