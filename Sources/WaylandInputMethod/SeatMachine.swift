@@ -56,12 +56,10 @@ struct SeatMachine: Sendable {
         var contentType = ContentType()
         /// Nil when the field did not send it in its latest batch (it may not support it).
         var surrounding: Surrounding?
-        var changeCause: UInt32 = 0
     }
 
     /// At most this many deliveries wait for a `done`; the oldest is dropped first.
     static let pendingLimit = 256
-    static let changeCauseOther: UInt32 = 1
 
     private var holding = false
     var current = FieldState()
@@ -116,8 +114,8 @@ struct SeatMachine: Sendable {
             changing = true
         case .surroundingText(let text, let cursor):
             pending.surrounding = Surrounding(text: text, cursor: cursor)
-        case .changeCause(let cause):
-            pending.changeCause = cause
+        case .changeCause:
+            break  // it cannot say who changed the text (see followFieldText)
         case .contentType(let contentType):
             pending.contentType = contentType
         case .done:
@@ -164,9 +162,8 @@ struct SeatMachine: Sendable {
         doneCount &+= 1
         let newField = activating
         current = pending
-        // Surrounding text and the change cause are per batch; the content type stays.
+        // Surrounding text is per batch; the content type stays.
         pending.surrounding = nil
-        pending.changeCause = 0
         changing = false
         activating = false
         var actions: [Action] = []
@@ -195,12 +192,13 @@ struct SeatMachine: Sendable {
 
     /// The field's text no longer ends with what sttd committed last, after it was seen to: the
     /// user typed, deleted or moved the cursor. A report that does not show it yet is older than
-    /// the commit and changes nothing.
+    /// the commit and changes nothing (Firefox's lags a batch). The change cause cannot say who
+    /// changed the text: GTK reports "input method" after a typed key, Firefox "other" after sttd's commit.
     private mutating func followFieldText() {
         guard let newest = committed.last, let surrounding = current.surrounding else { return }
         if surrounding.beforeCursor.hasSuffix(newest) {
             newestSeen = true
-        } else if newestSeen || current.changeCause == Self.changeCauseOther {
+        } else if newestSeen {
             committed.removeAll()
         }
     }
