@@ -55,7 +55,8 @@ extension SeatMachine {
             return [.probeUnanswered]
         }
         fieldKind = last == Character(Self.probeText) ? .ordinary : .hidden
-        return [.send(Commit(preedit: "", deleteBefore: UInt32(String(last).utf8.count), serial: doneCount))]
+        // The probe's own length: GTK 4 counts the bytes in its real text (" "), not in the "●" it shows.
+        return [.send(Commit(preedit: "", deleteBefore: UInt32(Self.probeText.utf8.count), serial: doneCount))]
     }
 
     var isProbing: Bool { fieldKind == .probing }

@@ -11,7 +11,8 @@
 /// - "scratch that" deletes only the text this input method committed into the field that is
 ///   still active, newest first; a new activation, a key sttd pressed, or the field's text no
 ///   longer ending with it (the user typed or moved the cursor) makes it the field's own.
-///   Terminals ignore `delete_surrounding_text`: there the deletion is BackSpaces.
+///   Terminals ignore `delete_surrounding_text`, and GTK 3 reads its byte count as characters:
+///   there, and for text that is not ASCII, the deletion is BackSpaces.
 /// - Keys are pressed only while an ordinary field is active.
 /// - A GTK entry that hides its text (most apps' password field) activates the input method as an
 ///   ordinary field: only its text, shown as "●●●", gives it away. Before the first text or
@@ -246,13 +247,16 @@ struct SeatMachine: Sendable {
             committed.removeLast()
             // The field's next report may predate the deletion: only a later one may judge.
             newestSeen = false
-            if current.contentType.isTerminal {
+            // Terminals ignore delete_surrounding_text, and GTK 3 takes its byte count for characters:
+            // text that is not ASCII goes with BackSpaces, one per character.
+            if current.contentType.isTerminal || !newest.allSatisfy(\.isASCII) {
                 var actions: [Action] = []
                 if preeditShown {
                     actions.append(.send(Commit(preedit: "", serial: doneCount)))
                     preeditShown = false
                 }
-                return actions + Array(repeating: .pressKey("BackSpace"), count: characters)
+                let presses = current.contentType.isTerminal ? characters : newest.count
+                return actions + Array(repeating: .pressKey("BackSpace"), count: presses)
             }
             return [.send(Commit(preedit: preedit, deleteBefore: UInt32(newest.utf8.count), serial: doneCount))]
         case .key(let keysym):

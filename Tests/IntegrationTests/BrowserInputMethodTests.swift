@@ -13,7 +13,7 @@ extension Integration {
     struct BrowserInputMethodTests {
         /// The desktops a browser cell runs on.
         enum Desktop: String, CaseIterable, CustomStringConvertible {
-            case kde, gnome, x11
+            case kde, gnome, x11, sway
             var description: String { rawValue }
         }
 
@@ -45,6 +45,11 @@ extension Integration {
             case .x11:
                 sttd = try await InputMethodTests.sttd(config: config, environment: environment)
                 host = try await IBusDesktop.start(for: sttd)
+            case .sway:
+                // sttd's own input method (zwp_input_method_v2), no IBus.
+                sttd = try await SttdFixture(
+                    config: config, environment: SwayDesktop.sttdEnvironment.merging(environment) { $1 })
+                host = try await SwayDesktop.start(for: sttd)
             }
             do {
                 let field = try await host.openBrowser(browser, password: password)

@@ -35,7 +35,7 @@ struct SeatMachineProbeTests {
         var machine = Self.emptyField()
         _ = machine.handle(.preedit("hunter"))
         let actions = Self.answer(&machine, "●")
-        #expect(SeatMachineTests.sent(actions) == [Commit(preedit: "", deleteBefore: 3, serial: 2)])
+        #expect(SeatMachineTests.sent(actions) == [Commit(preedit: "", deleteBefore: 1, serial: 2)])
         #expect(actions.contains(.report(FieldReport(active: true, focused: true, secret: true))))
         #expect(machine.handle(.deliver(.commit("hunter2"))) == [.dropped(characters: 7, secret: true)])
         #expect(machine.handle(.preedit("more")) == [])
