@@ -12,13 +12,12 @@ extension Integration {
     struct SwayInputMethodTests {
         /// sttd (streaming `config`, no typing tool unless `tools`) and a sway for it.
         static func start(
-            config: String = "", environment: [String: String] = [:], tools: Bool = false, swayConfig: String = "",
-            admitsEveryUser: Bool = false
+            config: String = "", environment: [String: String] = [:], tools: Bool = false, runAs user: LoginUser? = nil,
+            swayConfig: String = ""
         ) async throws -> (SttdFixture, SwayDesktop) {
             var sttdEnvironment = SwayDesktop.sttdEnvironment.merging(environment) { $1 }
             if tools { sttdEnvironment["PATH"] = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin" }
-            let sttd = try await SttdFixture(
-                config: config, environment: sttdEnvironment, admitsEveryUser: admitsEveryUser)
+            let sttd = try await SttdFixture(config: config, environment: sttdEnvironment, runAs: user)
             let sway = try await SwayDesktop.start(for: sttd, config: swayConfig)
             try await waitFor("sttd to hold sway's seat", timeout: .seconds(20)) {
                 try await sttd.property("WaylandInputMethod") == .string("seat0")

@@ -11,9 +11,10 @@ public struct LoginUser: Sendable {
     /// Their home: a new folder they own.
     public let home: String
 
-    /// The user, with a new home; fails loudly when they cannot be made.
-    public static func withFreshHome() async throws -> LoginUser {
-        let (uid, gid) = try await account()
+    /// The user (as root: the system user `name`), with a new home; fails loudly when they
+    /// cannot be made. SwayDesktop runs sway as `sttd-desktop`.
+    public static func withFreshHome(named name: String = LoginUser.name) async throws -> LoginUser {
+        let (uid, gid) = try await account(name)
         let home = try makeTemporaryDirectory("sttd-newcomer-home")
         chmod(home, 0o700)
         guard chown(home, uid, gid) == 0 else {
@@ -22,7 +23,7 @@ public struct LoginUser: Sendable {
         return LoginUser(uid: uid, gid: gid, home: home)
     }
 
-    private static func account() async throws -> (uid_t, gid_t) {
+    private static func account(_ name: String) async throws -> (uid_t, gid_t) {
         if getuid() != 0 { return (getuid(), getgid()) }
         if let entry = getpwnam(name) { return (entry.pointee.pw_uid, entry.pointee.pw_gid) }
         let useradd = try requireFile("/usr/sbin/useradd", package: "passwd")

@@ -24,16 +24,15 @@ public final class SttdFixture: @unchecked Sendable {
 
     /// Starts everything; `config` is written to the config file if given.
     /// `prepare` runs with the home folder before sttd starts (e.g. to seed its data).
-    /// `admitsEveryUser`: the bus lets other users' programs in (a compositor's key bindings).
     public init(
         config: String? = nil, environment extra: [String: String] = [:], sharedMemoryAudio: Bool = false,
-        runAs user: LoginUser? = nil, admitsEveryUser: Bool = false, prepare: (String) throws -> Void = { _ in }
+        runAs user: LoginUser? = nil, prepare: (String) throws -> Void = { _ in }
     ) async throws {
         self.user = user
         home = try makeTemporaryDirectory("sttd-home")
         try prepare(home)
         pulse = try HeadlessPulse(sharedMemory: sharedMemoryAudio)
-        bus = try PrivateBus(admitsEveryUser: admitsEveryUser || user != nil)
+        bus = try PrivateBus(admitsEveryUser: user != nil)
         var env = ProcessInfo.processInfo.environment
         env.merge(pulse.clientEnvironment) { $1 }
         env["DBUS_SESSION_BUS_ADDRESS"] = bus.address
