@@ -14,9 +14,10 @@ extension SeatMachine {
         case hidden
     }
 
-    /// How long a field may take to report the probe before it counts as hidden (it gets
-    /// nothing: safer than typing a password field's text in).
-    static let probeLimit = Duration.seconds(1)
+    /// How long a field may take to report the probe. GTK answers at once; Firefox reports its
+    /// text a batch late and Chromium not after a commit, so a field that stays silent is taken
+    /// for an ordinary one (browsers' password inputs say so in their content type).
+    static let probeLimit = Duration.seconds(2)
 
     /// The characters toolkits show in place of a hidden text's (GTK's default is the first
     /// of these its font has).
@@ -51,8 +52,8 @@ extension SeatMachine {
     mutating func probeAnswered(within shown: Surrounding?) -> [Action] {
         guard fieldKind == .probing else { return [] }
         guard let last = shown?.beforeCursor.last else {
-            fieldKind = .hidden
-            return [.probeUnanswered]
+            fieldKind = .ordinary
+            return [.probeUnanswered, .send(Commit(preedit: "", deleteBefore: UInt32(Self.probeText.utf8.count), serial: doneCount))]
         }
         fieldKind = last == Character(Self.probeText) ? .ordinary : .hidden
         // The probe's own length: GTK 4 counts the bytes in its real text (" "), not in the "●" it shows.

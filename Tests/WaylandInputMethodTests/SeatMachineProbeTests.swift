@@ -51,12 +51,16 @@ struct SeatMachineProbeTests {
         #expect(SeatMachineTests.sent(machine.handle(.deliver(.commit(" hi")))).map(\.text) == [" hi"])
     }
 
-    @Test func aFieldThatDoesNotAnswerGetsNothing() {
+    /// Firefox reports its text a batch late and Chromium not after a commit: silence is an
+    /// ordinary field's (a browser's password input says so in its content type).
+    @Test func aFieldThatDoesNotAnswerIsTakenForAnOrdinaryOne() {
         var machine = Self.emptyField()
         _ = machine.handle(.deliver(.commit("Hello")))
         let actions = machine.handle(.probeOverdue)
         #expect(actions.first == .probeUnanswered)
-        #expect(actions.contains(.dropped(characters: 5, secret: true)))
+        #expect(
+            SeatMachineTests.sent(actions)
+                == [Commit(preedit: "", deleteBefore: 1, serial: 1), Commit(preedit: "", text: "Hello", serial: 1)])
     }
 
     @Test func aNewFieldIsProbedAgain() {
