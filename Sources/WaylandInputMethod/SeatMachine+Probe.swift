@@ -25,6 +25,15 @@ extension SeatMachine {
 
     static let probeText = " "
 
+    /// Browsers declare a password input's purpose, and apply a commit and a key in no fixed
+    /// order (Firefox 153 showed the probe seconds late and after a BackSpace meant to take it back).
+    static let browserAppIDs = ["firefox", "chromium", "chrome", "brave", "librewolf", "vivaldi", "opera"]
+
+    static func isBrowser(_ app: String?) -> Bool {
+        guard let app = app?.lowercased() else { return false }
+        return browserAppIDs.contains { app.contains($0) }
+    }
+
     /// A field's text made only of one invisible character.
     static func looksHidden(_ text: String) -> Bool {
         guard let first = text.first, invisibleCharacters.contains(first) else { return false }
@@ -34,8 +43,8 @@ extension SeatMachine {
     /// Text may go into the active field now (`ready`), or a probe goes out first.
     mutating func probeGate() -> (ready: Bool, actions: [Action]) {
         guard ordinaryFieldActive, fieldKind == .unknown else { return (fieldKind != .probing, []) }
-        // A terminal, or a field that does not report its text: nothing to learn.
-        guard !current.contentType.isTerminal, let shown = current.surrounding else {
+        // A terminal, a field that does not report its text, or a browser: nothing to learn.
+        guard !current.contentType.isTerminal, let shown = current.surrounding, !Self.isBrowser(app) else {
             fieldKind = .ordinary
             return (true, [])
         }
@@ -44,7 +53,19 @@ extension SeatMachine {
             return (true, [])
         }
         fieldKind = .probing
+        probeNudges = 0
         return (false, [.send(Commit(preedit: "", text: Self.probeText, serial: doneCount)), .probeSent])
+    }
+
+    /// At most this many empty commits ask a field that reported its text without the probe
+    /// to report it again (Firefox reports a batch late).
+    static let nudgeLimit = 3
+
+    /// The field reported its text without the probe yet: an empty commit makes it report again.
+    mutating func probeNudge() -> [Action] {
+        guard probeNudges < Self.nudgeLimit else { return [] }
+        probeNudges += 1
+        return [.send(Commit(preedit: "", serial: doneCount))]
     }
 
     /// The field reported its text after the probe (`shown`), or did not in time (nil): the
@@ -52,8 +73,10 @@ extension SeatMachine {
     mutating func probeAnswered(within shown: Surrounding?) -> [Action] {
         guard fieldKind == .probing else { return [] }
         guard let last = shown?.beforeCursor.last else {
+            // A field that keeps its text to itself may not place a deletion either (Firefox):
+            // a key takes the space back.
             fieldKind = .ordinary
-            return [.probeUnanswered, .send(Commit(preedit: "", deleteBefore: UInt32(Self.probeText.utf8.count), serial: doneCount))]
+            return [.probeUnanswered, .pressKey("BackSpace")]
         }
         fieldKind = last == Character(Self.probeText) ? .ordinary : .hidden
         // The probe's own length: GTK 4 counts the bytes in its real text (" "), not in the "●" it shows.

@@ -76,12 +76,14 @@ struct SeatMachine: Sendable {
     private var preeditShown = false
     /// Whether the active field hides its text, as far as known.
     var fieldKind = FieldKind.unknown
+    /// Empty commits sent to make a field report the probe.
+    var probeNudges = 0
     /// The texts committed into the active field, oldest first, and whether the field's text has
     /// since been seen ending with the newest one.
     private var committed: [String] = []
     private var newestSeen = false
     private var reported: FieldReport?
-    private var app: String?
+    var app: String?
 
     init() {}
 
@@ -173,7 +175,7 @@ struct SeatMachine: Sendable {
             preeditShown = false
             fieldKind = .unknown
         } else if fieldKind == .probing {
-            guard let shown = current.surrounding, !shown.beforeCursor.isEmpty else { return [] }
+            guard let shown = current.surrounding, !shown.beforeCursor.isEmpty else { return probeNudge() }
             actions += probeAnswered(within: shown)
         } else {
             followFieldText()

@@ -47,7 +47,8 @@ extension SeatSession {
             }
             if ready == 0 {
                 wl_display_cancel_read(display)
-                if let probeDeadline, probeDeadline <= .now {
+                // Woken for the probe's deadline, not a round trip's.
+                if let probeDeadline, deadline.map({ probeDeadline < $0 }) ?? true {
                     self.probeDeadline = nil
                     handle(.probeOverdue)
                     continue
@@ -88,7 +89,9 @@ extension SeatSession {
     private static func milliseconds(until deadline: ContinuousClock.Instant?) -> Int32 {
         guard let deadline else { return -1 }
         let left = ContinuousClock.now.duration(to: deadline).components
-        return Int32(max(0, min(Int64(Int32.max), left.seconds * 1000 + left.attoseconds / 1_000_000_000_000_000)))
+        // Rounded up: poll must not wake before the deadline.
+        let milliseconds = left.seconds * 1000 + (left.attoseconds + 999_999_999_999_999) / 1_000_000_000_000_000
+        return Int32(max(0, min(Int64(Int32.max), milliseconds)))
     }
 
     func handle(_ event: SeatMachine.Event) { perform(machine.handle(event)) }
