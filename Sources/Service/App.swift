@@ -136,8 +136,7 @@ public enum SttdApp {
         }
         await adapter.attach()
         let waylandInputMethod = WaylandInputMethodService.make(
-            configuration.wayland, environment: environment, core: core, logger: logger,
-            status: { [adapter] status in adapter.setWaylandInputMethodStatus(WaylandInputMethodService.property(status)) })
+            configuration.wayland, environment: environment, core: core, adapter: adapter, logger: logger)
         await waylandInputMethod?.attach()
         // Bound before the name is taken, so `ServerAddress` is right when clients first look.
         let listenServer: ListenServer?

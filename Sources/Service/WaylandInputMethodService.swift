@@ -4,6 +4,7 @@ import Logging
 import ServiceLifecycle
 import Speech
 import SpeechAPI
+import SpeechBus
 import WaylandInputMethod
 
 /// sttd as the input method of a wlroots compositor's seat (sway, Hyprland, river): the core's
@@ -29,9 +30,10 @@ struct WaylandInputMethodService: Service {
     /// The service for the session `environment` names, or nil (no Wayland display, or the input
     /// method is turned off).
     static func make(
-        _ configuration: Configuration.Wayland, environment: [String: String], core: SpeechCore, logger: Logger,
-        status: @escaping @Sendable (SeatStatus) -> Void
+        _ configuration: Configuration.Wayland, environment: [String: String], core: SpeechCore,
+        adapter: SpeechBusAdapter, logger: Logger
     ) -> WaylandInputMethodService? {
+        let status: @Sendable (SeatStatus) -> Void = { adapter.setWaylandInputMethodStatus(property($0)) }
         guard configuration.inputMethod, let path = socketPath(environment) else { return nil }
         do {
             let connection = try WaylandSeatConnection(socketPath: path, logger: logger)
