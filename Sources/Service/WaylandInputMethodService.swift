@@ -19,6 +19,13 @@ struct WaylandInputMethodService: Service {
     /// Called with each status change, for the `WaylandInputMethod` property.
     let status: @Sendable (SeatStatus) -> Void
 
+    /// The desktop `XDG_CURRENT_DESKTOP` names (a colon-separated list) brings its own input
+    /// method framework.
+    static func hasOwnInputMethod(_ environment: [String: String]) -> Bool {
+        let desktops = (environment["XDG_CURRENT_DESKTOP"] ?? "").uppercased().split(separator: ":")
+        return desktops.contains { ["GNOME", "KDE"].contains($0) }
+    }
+
     /// The socket `environment` names (`WAYLAND_DISPLAY`, absolute or in `XDG_RUNTIME_DIR`), if any.
     static func socketPath(_ environment: [String: String]) -> String? {
         guard let display = environment["WAYLAND_DISPLAY"], !display.isEmpty else { return nil }
@@ -35,6 +42,12 @@ struct WaylandInputMethodService: Service {
     ) -> WaylandInputMethodService? {
         let status: @Sendable (SeatStatus) -> Void = { adapter.setWaylandInputMethodStatus(property($0)) }
         guard configuration.inputMethod, let path = socketPath(environment) else { return nil }
+        // GNOME and KDE offer no zwp_input_method_manager_v2 (their input method is IBus): not
+        // even a connection (KWin, starting, kept sttd's first round trip waiting for seconds).
+        if hasOwnInputMethod(environment) {
+            status(.unsupported)
+            return nil
+        }
         do {
             let connection = try WaylandSeatConnection(socketPath: path, logger: logger)
             return WaylandInputMethodService(

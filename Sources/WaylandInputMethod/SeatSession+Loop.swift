@@ -3,8 +3,9 @@ import CWaylandIM
 import Foundation
 
 extension SeatSession {
-    /// How long the compositor may take to answer a round trip before it counts as gone.
-    static let roundTripLimit = Duration.seconds(2)
+    /// How long the compositor may take to answer a round trip before it counts as gone (a
+    /// compositor still starting on a loaded machine can take seconds).
+    static let roundTripLimit = Duration.seconds(10)
 
     /// Waits until the compositor has answered everything sent so far.
     func roundTrip() throws(LoopEnd) {

@@ -29,3 +29,26 @@ struct WaylandInputMethodPropertyTests {
         }
     }
 }
+
+/// Where sttd tries to be the Wayland input method: a Wayland display, and not GNOME or KDE
+/// (their compositors offer no input-method-v2; their input method is IBus).
+@Suite("Where sttd's Wayland input method connects")
+struct WaylandInputMethodPlaceTests {
+    @Test(arguments: ["GNOME", "KDE", "ubuntu:GNOME", "kde"])
+    func gnomeAndKdeHaveTheirOwn(_ desktop: String) {
+        #expect(WaylandInputMethodService.hasOwnInputMethod(["XDG_CURRENT_DESKTOP": desktop]))
+    }
+
+    @Test(arguments: ["sway", "Hyprland", "river", "wlroots", ""])
+    func wlrootsCompositorsDoNot(_ desktop: String) {
+        #expect(!WaylandInputMethodService.hasOwnInputMethod(["XDG_CURRENT_DESKTOP": desktop]))
+    }
+
+    @Test func theSocketIsFoundInTheRuntimeFolderOrGivenWhole() {
+        #expect(
+            WaylandInputMethodService.socketPath(["WAYLAND_DISPLAY": "wayland-1", "XDG_RUNTIME_DIR": "/run/user/1000"])
+                == "/run/user/1000/wayland-1")
+        #expect(WaylandInputMethodService.socketPath(["WAYLAND_DISPLAY": "/tmp/w"]) == "/tmp/w")
+        #expect(WaylandInputMethodService.socketPath(["WAYLAND_DISPLAY": ""]) == nil)
+    }
+}
