@@ -14,10 +14,9 @@ extension SeatMachine {
         case hidden
     }
 
-    /// How long a field may take to report the probe. GTK answers at once; Firefox reports its
-    /// text a batch late and Chromium not after a commit, so a field that stays silent is taken
-    /// for an ordinary one (browsers' password inputs say so in their content type).
-    static let probeLimit = Duration.seconds(2)
+    /// How long a field may take to report the probe (GTK answers within milliseconds). A field
+    /// that stays silent gets nothing, as a hidden one: safer than typing into a password field.
+    static let probeLimit = Duration.seconds(5)
 
     /// The characters toolkits show in place of a hidden text's (GTK's default is the first
     /// of these its font has).
@@ -73,9 +72,9 @@ extension SeatMachine {
     mutating func probeAnswered(within shown: Surrounding?) -> [Action] {
         guard fieldKind == .probing else { return [] }
         guard let last = shown?.beforeCursor.last else {
-            // A field that keeps its text to itself may not place a deletion either (Firefox):
-            // a key takes the space back.
-            fieldKind = .ordinary
+            // A key takes the space back: a field that keeps its text to itself may not place a
+            // deletion either.
+            fieldKind = .hidden
             return [.probeUnanswered, .pressKey("BackSpace")]
         }
         fieldKind = last == Character(Self.probeText) ? .ordinary : .hidden

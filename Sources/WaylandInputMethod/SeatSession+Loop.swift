@@ -121,7 +121,8 @@ extension SeatSession {
             case .probeSent:
                 probeDeadline = .now + SeatMachine.probeLimit
             case .probeUnanswered:
-                logger.info("the field did not show its text within \(SeatMachine.probeLimit); taking it for an ordinary field")
+                logger.notice(
+                    "the field did not show its text within \(SeatMachine.probeLimit); it gets no dictation, as a password field")
             case .deleteRefused(let characters):
                 logger.notice(
                     "\"scratch that\" refused: the text before the cursor is not what sttd typed there",
