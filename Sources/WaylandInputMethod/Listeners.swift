@@ -54,7 +54,8 @@ enum Listeners {
             surrounding_text: { data, _, text, cursor, _ in
                 session(data).handle(.surroundingText(text.map { String(cString: $0) } ?? "", cursor: cursor))
             },
-            text_change_cause: { data, _, cause in session(data).handle(.changeCause(cause)) },
+            // The cause cannot say who changed the text (see SeatMachine.followFieldText).
+            text_change_cause: { _, _, _ in },
             content_type: { data, _, hint, purpose in
                 session(data).handle(.contentType(ContentType(hint: hint, purpose: purpose)))
             },

@@ -26,7 +26,6 @@ struct SeatMachine: Sendable {
         case activate
         case deactivate
         case surroundingText(String, cursor: UInt32)
-        case changeCause(UInt32)
         case contentType(ContentType)
         case done
         case preedit(String)
@@ -117,8 +116,6 @@ struct SeatMachine: Sendable {
             changing = true
         case .surroundingText(let text, let cursor):
             pending.surrounding = Surrounding(text: text, cursor: cursor)
-        case .changeCause:
-            break  // it cannot say who changed the text (see followFieldText)
         case .contentType(let contentType):
             pending.contentType = contentType
         case .done:
