@@ -24,6 +24,8 @@ public protocol HandOverStream: RecognitionStream {
 /// session that fell back never returns to the server; the next session tries it again.
 public final class FallbackRecognizer: Recognizer {
     public var writesPunctuation: Bool { primary.writesPunctuation }
+    /// Both must: a session that falls back keeps its options.
+    public var decodesWakeSegments: Bool { primary.decodesWakeSegments && fallback.decodesWakeSegments }
     private let primary: any Recognizer
     private let fallback: any Recognizer
     private let after: Duration

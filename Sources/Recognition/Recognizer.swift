@@ -69,15 +69,19 @@ public struct StreamOptions: Sendable, Equatable {
     /// Whom the session serves, as an engine that is busy with it names it to others: "dictation"
     /// (D-Bus) or "a /v1/listen stream".
     public var servedTo: String
+    /// Decode only the start of each utterance, at most this long (listening for a wake phrase):
+    /// nil decodes everything. Only for a recognizer that ``Recognizer/decodesWakeSegments``.
+    public var wakeSegments: Duration?
 
     public init(
         language: String = "en-US", interimResults: Bool = true, keyterms: [String] = [],
-        servedTo: String = "dictation"
+        servedTo: String = "dictation", wakeSegments: Duration? = nil
     ) {
         self.language = language
         self.interimResults = interimResults
         self.keyterms = keyterms
         self.servedTo = servedTo
+        self.wakeSegments = wakeSegments
     }
 }
 
@@ -152,10 +156,14 @@ public protocol Recognizer: Sendable {
     /// Whether the engine writes punctuation and capitals itself (spoken punctuation is off by
     /// default for such engines).
     var writesPunctuation: Bool { get }
+
+    /// Whether the engine honours ``StreamOptions/wakeSegments`` (others decode everything).
+    var decodesWakeSegments: Bool { get }
 }
 
 extension Recognizer {
     public var writesPunctuation: Bool { true }
+    public var decodesWakeSegments: Bool { false }
 }
 
 /// What a session reports, in order.

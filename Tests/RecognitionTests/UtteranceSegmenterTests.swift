@@ -59,4 +59,72 @@ struct UtteranceSegmenterTests {
         }
         #expect(finals.map(\.endsUtterance) == [false, true], "\(events)")
     }
+
+    // MARK: - Wake mode
+
+    func silence(_ frames: Int) -> [Int16] { [Int16](repeating: 0, count: frames * UtteranceSegmenter.frame) }
+
+    /// The events without the utterances' audio: the kind, and where each piece lies (in frames).
+    func outline(_ events: [UtteranceSegmenter.Event]) -> [String] {
+        func frames(_ piece: UtteranceSegmenter.Utterance) -> String {
+            "\(piece.start / UtteranceSegmenter.frame)-\(piece.end / UtteranceSegmenter.frame)"
+        }
+        return events.map { event in
+            switch event {
+            case .started: "started"
+            case .paused: "paused"
+            case .resumed: "resumed"
+            case .split(let piece): "split \(frames(piece))"
+            case .ended(let piece?): "ended \(frames(piece))"
+            case .ended(nil): "ended"
+            }
+        }
+    }
+
+    @Test func wakeModeDecodesOnlyTheFirstThreeSeconds() throws {
+        var segmenter = UtteranceSegmenter(wakeSegments: .seconds(3))
+        let events = segmenter.append(tone(350, dbfs: -20) + silence(50))
+        #expect(events.count == 3, "\(outline(events))")
+        #expect(events.first == .started)
+        #expect(events.last == .ended(nil), "the rest of the utterance is not decoded")
+        guard case .split(let piece) = events.dropFirst().first else {
+            Issue.record("no first piece: \(outline(events))")
+            return
+        }
+        #expect(piece.start == 0)
+        #expect(piece.samples.count <= 3 * 16_000)
+        #expect(piece.samples.count >= 3 * 16_000 / 2, "cut in the second half, at its quietest")
+        #expect(segmenter.flush() == nil, "nothing is pending")
+        // Without wake mode the same burst is decoded whole.
+        var whole = UtteranceSegmenter()
+        #expect(outline(whole.append(tone(350, dbfs: -20) + silence(50))) == ["started", "split 0-362", "ended"])
+    }
+
+    /// A phrase said with a short pause before what follows: its piece ends 240 ms into the
+    /// pause, so the session's audio starts right there. A pause before 0.8 s does not cut.
+    @Test func wakeModeCutsAtAPauseAfterPointEightSeconds() {
+        var segmenter = UtteranceSegmenter(wakeSegments: .seconds(3))
+        // 1 s of speech, 300 ms of pause (under the 600 ms hangover), 2 s more speech.
+        let events = segmenter.append(tone(50, dbfs: -20) + silence(15) + tone(100, dbfs: -20) + silence(50))
+        #expect(outline(events) == ["started", "split 0-62", "ended"])
+        // 0.5 s, a pause, 1 s: the first pause is too early; the second one cuts.
+        var early = UtteranceSegmenter(wakeSegments: .seconds(3))
+        let later = early.append(tone(25, dbfs: -20) + silence(15) + tone(50, dbfs: -20) + silence(50))
+        #expect(outline(later) == ["started", "paused", "resumed", "split 0-102", "ended"])
+        // Without wake mode, 1 s is no reason to cut at a pause.
+        var normal = UtteranceSegmenter()
+        let whole = normal.append(tone(50, dbfs: -20) + silence(15) + tone(100, dbfs: -20) + silence(50))
+        #expect(outline(whole) == ["started", "paused", "resumed", "split 0-177", "ended"])
+    }
+
+    /// Speech that resumes within the hangover belongs to the skipped utterance; after the
+    /// hangover's quiet the next utterance's start is decoded.
+    @Test func wakeModeDecodesTheNextUtteranceAfterTheHangover() {
+        var segmenter = UtteranceSegmenter(wakeSegments: .seconds(3))
+        let events = segmenter.append(
+            tone(60, dbfs: -20) + silence(20) + tone(50, dbfs: -20) + silence(50) + tone(50, dbfs: -20)
+                + silence(50))
+        // Resumed 400 ms after the cut: skipped. Then 1 s of quiet, and a new utterance at frame 180.
+        #expect(outline(events) == ["started", "split 0-72", "ended", "started", "split 180-242", "ended"])
+    }
 }

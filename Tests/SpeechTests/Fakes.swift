@@ -112,6 +112,7 @@ final class FakeRecognizer: Recognizer {
         var finishHangs = false
         /// Sessions ignore cancel() too (a wedged engine) until ``FakeRecognitionStream/release()``.
         var cancelHangs = false
+        var decodesWakeSegments = false
     }
     private let state = Mutex(State())
 
@@ -133,6 +134,11 @@ final class FakeRecognizer: Recognizer {
     var cancelHangs: Bool {
         get { state.withLock { $0.cancelHangs } }
         set { state.withLock { $0.cancelHangs = newValue } }
+    }
+    /// Claims to honour `StreamOptions.wakeSegments` (each session's options are kept).
+    var decodesWakeSegments: Bool {
+        get { state.withLock { $0.decodesWakeSegments } }
+        set { state.withLock { $0.decodesWakeSegments = newValue } }
     }
 
     func authorize() async -> (RecognizerAuthorization, RecognitionError?) {

@@ -79,12 +79,15 @@ final class SherpaDecoderPool: @unchecked Sendable {
         condition.withLock { wake(scheduler.close()) }
     }
 
+    /// A new session; with `wakeSegments`, only the start of each utterance is decoded.
     func begin(
-        library: SherpaLibrary, model: SherpaModel, interimResults: Bool, events: any RecognitionEventSink
+        library: SherpaLibrary, model: SherpaModel, interimResults: Bool, wakeSegments: Duration? = nil,
+        events: any RecognitionEventSink
     ) -> SherpaStream {
         let stream = SherpaStream(
             decoders: self, library: library, model: model, interimResults: interimResults,
-            segmenter: UtteranceSegmenter(), events: events)
+            segmenter: wakeSegments.map { UtteranceSegmenter(wakeSegments: $0) } ?? UtteranceSegmenter(),
+            events: events)
         // Registered, it makes a thread load the model now if needed, while its audio queues.
         condition.withLock { wake(scheduler.began(stream)) }
         return stream

@@ -63,6 +63,8 @@ public struct SherpaSettings: Sendable, Equatable {
 ///   are lost), stays while sessions come and go, and is unloaded `unloadAfter` after the last.
 /// - Backlog: at most `maxQueuedAudio` of a session's audio may wait; past it that session fails
 ///   with a clear error and its finals so far stand.
+/// - Wake segments (``StreamOptions/wakeSegments``): only each utterance's start is decoded, see
+///   ``UtteranceSegmenter/init(wakeSegments:)``.
 public final class SherpaOnnxRecognizer: Recognizer {
     let settings: SherpaSettings
     private let decoders: SherpaDecoderPool
@@ -76,6 +78,8 @@ public final class SherpaOnnxRecognizer: Recognizer {
     }
 
     deinit { decoders.close() }
+
+    public var decodesWakeSegments: Bool { true }
 
     /// Whether the model is in memory now.
     var isModelLoaded: Bool { decoders.shared.loaded.load(ordering: .relaxed) }
@@ -110,7 +114,9 @@ public final class SherpaOnnxRecognizer: Recognizer {
     ) async throws(RecognitionError) -> any RecognitionStream {
         let (library, model) = try preflight()
         // Returns at once: the model loads on the decoder thread while the session's audio queues.
-        return decoders.begin(library: library, model: model, interimResults: options.interimResults, events: events)
+        return decoders.begin(
+            library: library, model: model, interimResults: options.interimResults,
+            wakeSegments: options.wakeSegments, events: events)
     }
 
     /// Runs `sttd --offline-engine-worker ARGS`: the model in a child process (see

@@ -14,6 +14,9 @@ import Foundation
 /// nothing); it ends after `hangover` without a voiced frame. At `pause` into that silence the
 /// engine may decode speculatively: the utterance a final gets is cut at the same point, so a
 /// speculative decode that nothing interrupted *is* the final.
+///
+/// Wake mode (``init(wakeSegments:)``) decodes only each utterance's first piece: a wake phrase
+/// follows a pause, and the rest of what is said costs nothing to skip.
 struct UtteranceSegmenter {
     /// An utterance: its samples (-1…1) and where it lies in the session, in samples.
     struct Utterance: Equatable {
@@ -55,9 +58,13 @@ struct UtteranceSegmenter {
     let onsetRise: Float = 6
     let minVoicedFrames = 8
     let floorFrames = 150
+    /// Wake mode: after an utterance's first piece, the rest of it is skipped.
+    let onlyUtteranceStarts: Bool
 
     private(set) var inSpeech = false
     private(set) var isPaused = false
+    /// Wake mode, past the utterance's first piece: waiting for its end, keeping no audio.
+    private(set) var isSkipping = false
     /// The current utterance (in speech) or the pre-roll (not in speech).
     private(set) var samples: [Float] = []
     /// Session sample index of `samples[0]`.
@@ -73,7 +80,8 @@ struct UtteranceSegmenter {
 
     init(
         pause: Duration = .milliseconds(240), hangover: Duration = .milliseconds(600),
-        maxUtterance: Duration = .seconds(20), splitAtPauseAfter: Duration = .seconds(2)
+        maxUtterance: Duration = .seconds(20), splitAtPauseAfter: Duration = .seconds(2),
+        onlyUtteranceStarts: Bool = false
     ) {
         func frames(_ duration: Duration) -> Int {
             Int(duration / .milliseconds(20))
@@ -82,6 +90,15 @@ struct UtteranceSegmenter {
         hangoverFrames = max(pauseFrames + 1, frames(hangover))
         maxFrames = max(50, frames(maxUtterance))
         splitFrames = max(pauseFrames, frames(splitAtPauseAfter))
+        self.onlyUtteranceStarts = onlyUtteranceStarts
+    }
+
+    /// Wake mode: each utterance's first piece only, at most `wakeSegments` long, cut at a pause
+    /// after 0.8 s (a phrase said with no pause before what follows still ends its piece early).
+    init(wakeSegments: Duration) {
+        self.init(
+            maxUtterance: wakeSegments, splitAtPauseAfter: min(.milliseconds(800), wakeSegments),
+            onlyUtteranceStarts: true)
     }
 
     /// The utterance so far (for an interim or a speculative decode), cut after the last voiced
@@ -129,7 +146,7 @@ struct UtteranceSegmenter {
             reset()
             pending = []
         }
-        guard inSpeech, voicedFrames >= minVoicedFrames else { return nil }
+        guard inSpeech, !isSkipping, voicedFrames >= minVoicedFrames else { return nil }
         var utterance = current
         // Stop in the middle of a word: the unframed tail belongs to it.
         if silenceRun == 0 { utterance.samples += pending }
@@ -139,6 +156,7 @@ struct UtteranceSegmenter {
     private mutating func reset() {
         inSpeech = false
         isPaused = false
+        isSkipping = false
         samples = []
         energies = []
         voicedRun = 0
@@ -175,6 +193,14 @@ struct UtteranceSegmenter {
             events.append(.started)
             return
         }
+        if isSkipping {
+            silenceRun = voiced ? 0 : silenceRun + 1
+            if silenceRun >= hangoverFrames {
+                reset()
+                events.append(.ended(nil))
+            }
+            return
+        }
         samples += frame
         energies.append(level)
         if voiced {
@@ -192,6 +218,7 @@ struct UtteranceSegmenter {
                 // speech resumes, it goes on as a new utterance from here.
                 events.append(.split(cutAtPause()))
                 isPaused = true
+                if onlyUtteranceStarts { skipToEnd() }
             } else if silenceRun == pauseFrames {
                 isPaused = true
                 events.append(.paused)
@@ -203,7 +230,20 @@ struct UtteranceSegmenter {
                 return
             }
         }
-        if energies.count >= maxFrames { events.append(.split(split())) }
+        if energies.count >= maxFrames {
+            events.append(.split(split()))
+            if onlyUtteranceStarts { skipToEnd() }
+        }
+    }
+
+    /// Wake mode, after the utterance's first piece: nothing more of it is kept or decoded; the
+    /// hangover still ends it (`.ended(nil)`), so the next utterance starts after a pause.
+    private mutating func skipToEnd() {
+        isSkipping = true
+        isPaused = false
+        samples = []
+        energies = []
+        voicedFrames = 0
     }
 
     /// Drops the first `count` frames of the pre-roll.
