@@ -340,7 +340,8 @@ extension Integration {
             sttd.bus.stop()
             let status = await sttd.sttd.exit(timeout: .seconds(10))
             #expect(
-                status != nil && status != 0, "exits non-zero so systemd restarts it: \(String(describing: status))")
+                status != nil && status != 0,
+                "exits non-zero so systemd restarts it: \(String(describing: status)); its log:\n\(sttd.log)")
         }
     }
 }
