@@ -169,9 +169,9 @@ final class FakeRecognitionStream: RecognitionStream {
     private let finishHangs: Bool
     private let cancelHangs: Bool
     private let state = Mutex<
-        (samples: Int, end: Result<Void, RecognitionError>?, waiter: CheckedContinuation<Void, any Error>?)
+        (audio: [Int16], end: Result<Void, RecognitionError>?, waiter: CheckedContinuation<Void, any Error>?)
     >(
-        (0, nil, nil))
+        ([], nil, nil))
 
     init(
         sink: any RecognitionEventSink, options: StreamOptions, finalOnFinish: String?, finishHangs: Bool,
@@ -185,7 +185,9 @@ final class FakeRecognitionStream: RecognitionStream {
     }
 
     /// Samples received so far.
-    var samples: Int { state.withLock { $0.samples } }
+    var samples: Int { state.withLock { $0.audio.count } }
+    /// The samples received so far, in order.
+    var audio: [Int16] { state.withLock { $0.audio } }
     var hasEnded: Bool { state.withLock { $0.end != nil } }
 
     /// Reports an event as the engine's thread would.
@@ -224,7 +226,7 @@ final class FakeRecognitionStream: RecognitionStream {
         if case .failure(let error) = outcome { throw error }
     }
 
-    func send(_ chunk: AudioChunk) { state.withLock { $0.samples += chunk.samples.count } }
+    func send(_ chunk: AudioChunk) { state.withLock { $0.audio += chunk.samples } }
 
     /// Like a real engine, the flush completes on the engine's own thread, not the caller's.
     func finish() {
