@@ -102,6 +102,7 @@ struct DeepgramStreamingTests {
             connection.controls.filter { $0.type != "KeepAlive" }.allSatisfy { $0.atByte == audio.count * 2 },
             "\(connection.controls)")
         #expect(connection.audioBytes == audio.count * 2)
+        #expect(connection.audio.samples == audio)
         #expect(connection.emptyBinaryFrames == 0)
         #expect(finals == server.finalsSent.filter { !$0.isEmpty })
         #expect(

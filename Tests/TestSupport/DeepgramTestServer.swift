@@ -71,6 +71,10 @@ public final class DeepgramTestServer: Sendable {
         public var clientClosed = false
         /// The socket is still open.
         public var open = true
+        /// When the server accepted the TCP connection.
+        public var accepted = ContinuousClock.now
+        /// The audio received (its first minute; see ``ReceivedAudio``).
+        public var audio = ReceivedAudio()
 
         public func header(_ name: String) -> String? {
             headers.first { $0.0.lowercased() == name.lowercased() }?.1
@@ -335,7 +339,10 @@ final class WebSocketServerHandler: ChannelInboundHandler {
             let bytes = payload.readBytes(length: payload.readableBytes) ?? []
             if bytes.isEmpty { server.update(session.index) { $0.emptyBinaryFrames += 1 } }
             session.audio += bytes
-            server.update(session.index) { $0.audioBytes += bytes.count }
+            server.update(session.index) {
+                $0.audioBytes += bytes.count
+                $0.audio.append(bytes)
+            }
             if session.isFirst, let limit = script.dropAfterBytes, session.audio.count >= limit {
                 context.close(promise: nil)
                 return
