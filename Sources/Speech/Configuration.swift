@@ -89,6 +89,7 @@ public struct Configuration: Sendable, Equatable {
     public var ibus = IBus()
     public var text = Text()
     public var wayland = Wayland()
+    public var handsFree = HandsFree()
 
     /// The `[local]` table.
     public struct Local: Sendable, Equatable {
@@ -235,6 +236,7 @@ public struct Configuration: Sendable, Equatable {
         try readText(&reader)
         ibus = try IBusSection(from: &reader)
         try readWayland(&reader)
+        try readHandsFree(&reader)
         try reader.refuseUnknownKeys()
     }
 

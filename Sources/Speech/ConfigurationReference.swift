@@ -73,7 +73,9 @@ extension ConfigurationKey {
 
 extension Configuration {
     /// The tables in the order the documentation shows them.
-    static let referenceSections = ["", "local", "deepgram", "server", "text", "ibus", "wayland", "debug"]
+    static let referenceSections = [
+        "", "local", "deepgram", "server", "text", "ibus", "wayland", "hands_free", "debug",
+    ]
 
     /// Every key the parser accepts, with its default, what is allowed and what it does.
     static var reference: [ConfigurationKey] {
@@ -217,6 +219,21 @@ extension Configuration {
                 allowed: "up to \(Wayland.appLimit) app ids, exactly as their windows' app_id",
                 "Apps whose windows get the typing tools while no text field is active: Qt 5/6 apps and XWayland apps, whose fields the input method never sees (`swaymsg -t get_tree` shows a window's app_id; an XWayland window's is its class). Risk: such an app's password fields are typed into too."
             ),
+
+            .string(
+                "hands_free", "wake_phrase", defaults.handsFree.wakePhrase,
+                "The phrase that starts a session while hands-free is on, like \"start dictation\"; empty: hands-free cannot be turned on. It is checked when hands-free is turned on, not at startup: two words or more (or one of 10 letters or more), at most 5 words and 40 letters, not beginning with a voice command."
+            ),
+            .choice(
+                "hands_free", "output", defaults.handsFree.output,
+                "Where the finals of a session the phrase starts go besides D-Bus: none, type or clipboard."),
+            .milliseconds(
+                "hands_free", "auto_stop_ms", defaults.handsFree.autoStopMilliseconds, range: millisecondsOrZero,
+                "A session the phrase starts stops after this much silence following speech; 0: only Stop or \"stop listening\" end it."
+            ),
+            .flag(
+                "hands_free", "arm_at_start", defaults.handsFree.armAtStart,
+                "Turn hands-free on when sttd starts; a failure is logged and notified."),
 
             .string(
                 "debug", "audio_dir", defaults.debug.audioDirectory, allowed: "an absolute path, or empty",
