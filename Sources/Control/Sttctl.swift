@@ -27,7 +27,7 @@ public struct Sttctl: AsyncParsableCommand {
         subcommands: [
             Start.self, Stop.self, Toggle.self, Cancel.self, Reset.self, Status.self, TranscriptCommand.self,
             Watch.self, Sources.self, Authorize.self, HistoryCommand.self, Last.self, Apps.self, Allow.self,
-            Deny.self, Forget.self, Doctor.self,
+            Deny.self, Forget.self, HandsFreeCommand.self, Doctor.self,
         ])
 
     public init() {}

@@ -113,14 +113,19 @@ public struct DBusInterface: Sendable {
     public var methods: [DBusMethod]
     public var properties: [DBusProperty]
     public var signals: [DBusSignal]
+    /// What a member is for, by member name: introspection shows it as gdbus-codegen's
+    /// `org.gtk.GDBus.DocString` annotation (for rules a signature cannot say, such as who may call).
+    public var documentation: [String: String]
 
     public init(
-        name: String, methods: [DBusMethod] = [], properties: [DBusProperty] = [], signals: [DBusSignal] = []
+        name: String, methods: [DBusMethod] = [], properties: [DBusProperty] = [], signals: [DBusSignal] = [],
+        documentation: [String: String] = [:]
     ) {
         self.name = name
         self.methods = methods
         self.properties = properties
         self.signals = signals
+        self.documentation = documentation
     }
 }
 

@@ -61,14 +61,18 @@ public enum Introspection {
     /// The `<interface>` element of one interface, indented for a `<node>`.
     public static func xml(for interface: DBusInterface) -> String {
         var out = "  <interface name=\"\(interface.name)\">\n"
+        func documentation(of member: String) -> String {
+            guard let text = interface.documentation[member] else { return "" }
+            return "      <annotation name=\"org.gtk.GDBus.DocString\" value=\"\(escape(text))\"/>\n"
+        }
         for method in interface.methods {
             let arguments =
                 method.inputs.map { ($0, "in") } + method.outputs.map { ($0, "out") }
-            if arguments.isEmpty {
+            if arguments.isEmpty, interface.documentation[method.name] == nil {
                 out += "    <method name=\"\(method.name)\"/>\n"
                 continue
             }
-            out += "    <method name=\"\(method.name)\">\n"
+            out += "    <method name=\"\(method.name)\">\n" + documentation(of: method.name)
             for (argument, direction) in arguments {
                 out +=
                     "      <arg name=\"\(argument.name)\" type=\"\(escape(argument.type.signature))\" direction=\"\(direction)\"/>\n"
@@ -78,12 +82,14 @@ public enum Introspection {
         for property in interface.properties {
             let open =
                 "    <property name=\"\(property.name)\" type=\"\(escape(property.type.signature))\" access=\"\(property.access)\""
-            if property.changeSignal == .emits {
+            if property.changeSignal == .emits, interface.documentation[property.name] == nil {
                 out += open + "/>\n"
             } else {
-                out += open + ">\n"
-                out +=
-                    "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changeSignal.rawValue)\"/>\n"
+                out += open + ">\n" + documentation(of: property.name)
+                if property.changeSignal != .emits {
+                    out +=
+                        "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"\(property.changeSignal.rawValue)\"/>\n"
+                }
                 out += "    </property>\n"
             }
         }

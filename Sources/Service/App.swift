@@ -184,7 +184,7 @@ public enum SttdApp {
         ]
         if configuration.notify {
             // Before the core: it is shut down after it, so the last "stopped" still goes out.
-            let notifier = DesktopNotifier(connection: connection, logger: logger)
+            let notifier = DesktopNotifier(connection: connection, wakePhrase: core.wakePhrase, logger: logger)
             services.append(
                 .init(
                     service: NotifierService(notifier: notifier, events: core.events(where: DesktopNotifier.wants)),

@@ -43,6 +43,10 @@ extension SpeechCore {
         let backend = fellBack == nil ? pipeline.backend : .local
         publish(.activeBackend(backend))
         beginHistory(pipeline, backend: backend)
+        // Stored, typed and signalled like any final; a voice command in it works.
+        if let words = session?.firstWords, !words.isEmpty {
+            perform(editor.apply(RecognitionResult(text: words, isFinal: true), dictation: sessionDictation))
+        }
         if let after = session?.autoStopAfter {
             session?.autoStop = AutoStop(
                 silence: after, noSpeech: .milliseconds(Int64(configuration.autoStopNoSpeechMilliseconds)),

@@ -23,6 +23,8 @@ struct SessionRecord {
     var autoStop: AutoStop?
     /// The `[text]` rules for the engine now recognizing.
     var dictation: Dictation
+    /// The words said after the wake phrase: the session's first final, once it opens.
+    var firstWords: String?
 }
 
 /// The engines a core starts sessions with, by backend.
@@ -101,6 +103,7 @@ public actor SpeechCore {
     var sourceListing: SetOnce<Result<[AudioSource], SpeechError>>?
     /// The input methods that reported; text of `output = type` sessions goes through the current one.
     var inputMethods = InputMethods()
+    var handsFree = HandsFreeRecord()
     nonisolated let sharedSettings: Mutex<SpeechSettings>
     public internal(set) var authorization = RecognizerAuthorization.notDetermined
     public internal(set) var microphoneStatus = MicrophoneStatus.notDetermined
@@ -158,6 +161,7 @@ public actor SpeechCore {
     /// end once its children have. Returns at once; `done` is called when the session is over.
     public nonisolated func shutDown(done: @escaping @Sendable () -> Void) {
         submit { core in
+            core.closeListenerForGood()
             let jobQueue = core.jobQueue
             let finish: @Sendable (Machine.Reply, String) -> Void = { _, _ in
                 jobQueue.finish()
@@ -179,6 +183,7 @@ public actor SpeechCore {
     /// Loads the configured backend's model, so a hotkey start is instant; with the streaming
     /// backend and its fallback on, the offline model, so a takeover does not wait for it.
     func prepare() async {
+        if configuration.handsFree.armAtStart { await armAtStart() }
         guard configuration.backend == .local else {
             if configuration.backend == .deepgram, configuration.deepgram.fallback != StreamingFallback.none {
                 _ = await recognizers.local.authorize()
@@ -239,6 +244,7 @@ public actor SpeechCore {
         let actions = machine.handle(event)
         if machine.state != before { publish(.state(machine.state)) }
         for action in actions { execute(action) }
+        if machine.state == .idle, before != .idle { handsFreeSessionOver() }
     }
 
     func execute(_ action: Machine.Action) {
@@ -277,6 +283,7 @@ public actor SpeechCore {
         publish(.transcript("", update: nil))
         let client = options.caller ?? Caller(name: "host")
         publish(.owner(client, stopsWhenGone: mustStay(client)))
+        let (microphone, firstWords) = handsFreeMicrophoneForSession()
         let settings = settings
         let backend = options.backend ?? settings.backend
         let source = options.source ?? settings.source
@@ -295,7 +302,7 @@ public actor SpeechCore {
         session = SessionRecord(
             pipeline: pipeline,
             autoStopAfter: autoStopMilliseconds > 0 ? .milliseconds(Int64(autoStopMilliseconds)) : nil,
-            dictation: dictation(for: backend, language: streamOptions.language))
+            dictation: dictation(for: backend, language: streamOptions.language), firstWords: firstWords)
         if case .terminated = jobQueue.yield({ [self] in await finished(pipeline.run(), session: pipeline.token) }) {
             session = nil
             handle(.openFailed(.internal(Self.shuttingDown)))

@@ -52,6 +52,8 @@ public enum SpeechEvent: Sendable, Equatable {
     /// Text for the input method `to` to put into the focused field. It goes to that input method
     /// alone; no other observer acts on it.
     case inputMethodText(InputMethodText, to: InputMethodID)
+    /// Hands-free dictation's state changed (`HandsFree`).
+    case handsFree(HandsFreeState)
 }
 
 /// One result as clients see it: the whole transcript, the result's own text, whether final.

@@ -25,13 +25,15 @@ public enum Speech1 {
     /// `output = type` then goes to it as `InputMethodPreedit` and `InputMethodCommit`.
     public static let setInputMethodState = DBusMethodSpec<DBusNoReply, InputMethodState>(
         "SetInputMethodState", inputs: "state")
+    /// Host callers only: arms (`true`) or disarms hands-free dictation (see ``SpeechProperty/handsFree``).
+    public static let setHandsFree = DBusMethodSpec<DBusNoReply, Bool>("SetHandsFree", inputs: "enabled")
 
     /// Every method, in the order introspection lists them.
     public static let methods: [DBusMethodSignature] = [
         startTranscribing.signature, stopTranscribing.signature, cancelTranscribing.signature,
         toggleTranscribing.signature, resetTranscript.signature, requestAuthorization.signature,
         listSources.signature, getHistory.signature, listAppConsent.signature, setAppConsent.signature,
-        setInputMethodState.signature,
+        setInputMethodState.signature, setHandsFree.signature,
     ]
 
     public static let transcriptChanged = DBusSignalSpec<String, String, Bool>(
@@ -77,9 +79,20 @@ public enum Speech1 {
                 SpeechProperty.inputMethod.declaration(initial: ""),
                 SpeechProperty.activeBackend.declaration(initial: ""),
                 SpeechProperty.waylandInputMethod.declaration(initial: WaylandInputMethodStatus.off.rawValue),
+                SpeechProperty.handsFree.declaration(initial: "off"),
+                SpeechProperty.wakePhrase.declaration(initial: ""),
             ],
-            signals: signals)
+            signals: signals, documentation: documentation)
     }
+
+    /// Rules of members that their signatures cannot say, shown in the introspection XML.
+    static let documentation = [
+        setHandsFree.name:
+            "Host callers only (a sandboxed app gets NotAuthorized): true arms hands-free dictation, false disarms it. While armed the microphone stays open and the offline engine listens on this computer for the configured wake phrase ([hands_free] wake_phrase); saying it starts a session. Arming replies once sttd listens, and fails with InvalidConfiguration (no phrase, or a single short word), BackendUnavailable (no offline engine) or MicrophoneUnavailable.",
+        SpeechProperty.handsFree.name:
+            "off, armed (listening locally for the wake phrase; State stays idle), dictating (a session runs; armed again when it ends) or paused (armed, but the microphone or engine is out; retrying).",
+        SpeechProperty.wakePhrase.name: "The configured wake phrase; empty when none, and for sandboxed callers.",
+    ]
 
     /// The XML installed as `dbus/io.github.sttd.Speech1.xml`.
     public static var document: String {

@@ -79,6 +79,13 @@ extension SpeechProperty where Value == String {
     /// sttd as the input method of a wlroots compositor's seat, as ``WaylandInputMethodStatus``
     /// writes it: empty, `seat0`, `unavailable:seat0`, `unsupported` or `disconnected`.
     public static var waylandInputMethod: Self { Self("WaylandInputMethod") }
+    /// Hands-free dictation: `off`; `armed` (the microphone is open and sttd listens, on this
+    /// computer, for the wake phrase; `State` stays `idle`); `dictating` (a session runs; armed
+    /// again when it ends); `paused` (armed, but the microphone or the engine is out; retrying).
+    public static var handsFree: Self { Self("HandsFree") }
+    /// The configured wake phrase (`[hands_free] wake_phrase`); empty when none. Sandboxed
+    /// callers read it as empty.
+    public static var wakePhrase: Self { Self("WakePhrase", changeSignal: .const) }
 }
 
 /// The signals of `io.github.sttd.Speech1` with typed arguments.

@@ -44,6 +44,7 @@ public final class Consent: Sendable {
         Speech1.setAppConsent.name: appDecisionsAreHostOnly,
         Speech1.setInputMethodState.name:
             "Only the desktop's input method (sttd-ibus, outside any sandbox) may receive dictated text for the focused field.",
+        Speech1.setHandsFree.name: SpeechCore.handsFreeIsHostOnly,
         Speech1.getHistory.name:
             "History holds what was dictated in every app, so only programs outside a sandbox can read it (`sttctl history` in a terminal); an app gets its own text from StopTranscribing and TranscriptChanged.",
     ]

@@ -14,9 +14,12 @@ public struct DesktopNotifier: Sendable {
 
     private let connection: DBusConnection
     private let logger: Logger
+    /// Named when hands-free dictation is armed.
+    private let wakePhrase: String
 
-    public init(connection: DBusConnection, logger: Logger) {
+    public init(connection: DBusConnection, wakePhrase: String = "", logger: Logger) {
         self.connection = connection
+        self.wakePhrase = wakePhrase
         self.logger = logger
     }
 
@@ -39,6 +42,7 @@ public struct DesktopNotifier: Sendable {
         var words = 0
         /// Why a starting session runs on the offline engine.
         var offline: SpeechError?
+        var handsFree = (state: HandsFreeState.off, shown: UInt32(0))
         for await event in events {
             switch event {
             case .state(.starting):
@@ -69,11 +73,35 @@ public struct DesktopNotifier: Sendable {
             case .continuingOffline(let reason):
                 // At the start: said instead of "Dictation on".
                 offline = reason
+            case .handsFree(let state):
+                // Arming and disarming, not each re-arm after a session.
+                let before = handsFree.state
+                handsFree.state = state
+                guard let (title, body) = Self.handsFreeNotice(state, before: before, phrase: wakePhrase) else { break }
+                handsFree.shown = await notify(
+                    replacing: handsFree.shown, title, body, urgency: state == .paused ? 1 : 0)
             case .outputFailed(let error):
                 _ = await notify(replacing: 0, "Dictated text was not typed", error.message, urgency: 2)
             default:
                 break
             }
+        }
+    }
+
+    /// What to say when hands-free dictation goes from `before` to `state`, if anything.
+    static func handsFreeNotice(_ state: HandsFreeState, before: HandsFreeState, phrase: String) -> (String, String)? {
+        switch state {
+        case .off:
+            return ("Hands-free off", "The microphone is closed.")
+        case .armed where before == .off || before == .paused, .dictating where before == .off:
+            return (
+                "Hands-free on — say “\(phrase)”",
+                "The microphone stays on. What it hears stays on this computer until you say the phrase."
+            )
+        case .paused:
+            return ("Hands-free paused", "The microphone or the offline engine is out; sttd tries again.")
+        case .armed, .dictating:
+            return nil
         }
     }
 

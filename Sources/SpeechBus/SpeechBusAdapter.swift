@@ -50,6 +50,7 @@ public final class SpeechBusAdapter: Sendable {
             interfaces: [
                 Speech1.declaration(serving: calls.methods(tasks: tasks), setting: { Self.setting($0, of: core) })
             ])
+        object.set(.wakePhrase, core.wakePhrase)
         if let consent {
             object.install(gate: consent.gate)
             object.install { access, stored in
@@ -62,6 +63,8 @@ public final class SpeechBusAdapter: Sendable {
                         .map(DBusValue.string).mapError(\.dbusError)
                 // Whether a password field has the focus is not an app's business.
                 case SpeechProperty.inputMethod.name: return .success(.string(""))
+                // Nor is the phrase that turns the user's microphone into dictation.
+                case SpeechProperty.wakePhrase.name: return .success(.string(""))
                 default: return .success(stored)
                 }
             }
@@ -159,6 +162,8 @@ public final class SpeechBusAdapter: Sendable {
             object.set(.authorizationStatus, status.rawValue)
         case .microphone(let status):
             object.set(.microphoneStatus, status.rawValue)
+        case .handsFree(let state):
+            object.set(.handsFree, state.rawValue)
         }
     }
 

@@ -38,6 +38,7 @@ struct SpeechCalls: Sendable {
             .serving(Speech1.listAppConsent, tasks: tasks) { _ in try await listAppConsent().mapValues(\.rawValue) },
             .serving(Speech1.setAppConsent, tasks: tasks) { try await setAppConsent($1, $2) },
             .serving(Speech1.setInputMethodState, tasks: tasks) { try await setInputMethodState($1, sender: $0) },
+            .serving(Speech1.setHandsFree, tasks: tasks) { try await core.setHandsFree($1, by: identify($0)) },
         ]
     }
 

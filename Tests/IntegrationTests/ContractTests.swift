@@ -73,13 +73,17 @@ extension Integration {
             #expect(properties["ActiveBackend"] == .string(""))
             // No compositor in the fixture's runtime folder: sttd holds no seat.
             #expect(properties["WaylandInputMethod"] == .string(""))
-            #expect(properties.count == 14)
+            // No [hands_free] wake_phrase: off, and no phrase.
+            #expect(properties["HandsFree"] == .string("off"))
+            #expect(properties["WakePhrase"] == .string(""))
+            #expect(properties.count == 16)
         }
 
         @Test func readOnlyPropertiesRefuseSet() async throws {
             for name in [
                 "State", "Transcript", "AuthorizationStatus", "MicrophoneStatus", "LastError", "Version",
-                "ActiveClient", "ServerAddress", "InputMethod", "ActiveBackend", "WaylandInputMethod",
+                "ActiveClient", "ServerAddress", "InputMethod", "ActiveBackend", "WaylandInputMethod", "HandsFree",
+                "WakePhrase",
             ] {
                 let error = await #expect(throws: DBusError.self) { try await sttd.set(name, .string("x")) }
                 #expect(error?.name == "org.freedesktop.DBus.Error.PropertyReadOnly", "\(name)")

@@ -17,7 +17,8 @@ struct CoreHarness {
     let history: HistoryStore
     let directory: String
 
-    init(_ configure: (inout Configuration) -> Void = { _ in }) async throws {
+    /// - Parameter deepgram: the streaming backend's recognizer; by default the same fake as the local one.
+    init(deepgram: FakeRecognizer? = nil, _ configure: (inout Configuration) -> Void = { _ in }) async throws {
         var configuration = Configuration()
         configuration.stopTimeoutMilliseconds = 2000
         configure(&configuration)
@@ -25,7 +26,7 @@ struct CoreHarness {
         history = try HistoryStore(path: "\(directory)/history.sqlite")
         core = SpeechCore(
             configuration: configuration, microphone: microphone,
-            recognizers: Recognizers(local: recognizer, deepgram: recognizer), history: history, output: output,
+            recognizers: Recognizers(local: recognizer, deepgram: deepgram ?? recognizer), history: history, output: output,
             logger: Logger(label: "test"))
         let log = log
         await core.observe { event, _ in log.append(event) }
