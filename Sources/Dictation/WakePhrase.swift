@@ -26,13 +26,13 @@ public struct WakePhrase: Sendable, Equatable {
         if words.isEmpty {
             throw phrase.allSatisfy(\.isWhitespace)
                 ? WakePhraseRefusal(
-                    "No wake phrase is set: add `[hands_free] wake_phrase = \"start dictation\"` to config.toml, then `systemctl --user restart sttd`."
+                    "No wake phrase is set: add `[hands_free] wake_phrase = \"wake up computer\"` to config.toml, then `systemctl --user restart sttd`."
                 )
                 : WakePhraseRefusal("The wake phrase “\(phrase)” has no letters or digits to listen for. \(Self.fix)")
         }
         if words.count == 1 && letters.count < Self.singleWordMinimumLetters {
             throw WakePhraseRefusal(
-                "“\(phrase)” is a single short word; sttd would wake on every word that sounds like it. Use two words or more, like “start dictation”: set `[hands_free] wake_phrase` in config.toml, then `systemctl --user restart sttd`."
+                "“\(phrase)” is a single short word; sttd would wake on every word that sounds like it. Use two words or more, like “wake up computer”: set `[hands_free] wake_phrase` in config.toml, then `systemctl --user restart sttd`."
             )
         }
         if words.count > Self.maximumWords || letters.count > Self.maximumLetters {
@@ -54,7 +54,7 @@ public struct WakePhrase: Sendable, Equatable {
 
     /// How a refusal ends: what to change, and how sttd reads the change.
     static let fix =
-        "Choose another, like “start dictation”: set `[hands_free] wake_phrase` in config.toml, then `systemctl --user restart sttd`."
+        "Choose another, like “wake up computer”: set `[hands_free] wake_phrase` in config.toml, then `systemctl --user restart sttd`."
 
     /// The longest phrase of the built-in English book that `words` begin with.
     static func voiceCommand(beginning words: [String]) -> (words: [String], action: SpokenAction)? {

@@ -222,7 +222,7 @@ extension Configuration {
 
             .string(
                 "hands_free", "wake_phrase", defaults.handsFree.wakePhrase,
-                "The phrase that starts a session while hands-free is on, like \"start dictation\"; empty: hands-free cannot be turned on. It is checked when hands-free is turned on, not at startup: two words or more (or one of 10 letters or more), at most 5 words and 40 letters, not beginning with a voice command."
+                "The phrase that starts a session while hands-free is on, like \"wake up computer\"; empty: hands-free cannot be turned on. It is checked when hands-free is turned on, not at startup: two words or more (or one of 10 letters or more), at most 5 words and 40 letters, not beginning with a voice command."
             ),
             .choice(
                 "hands_free", "output", defaults.handsFree.output,

@@ -90,7 +90,7 @@ import Testing
             let refusal = #expect(throws: WakePhraseRefusal.self) { try WakePhrase(phrase) }
             #expect(
                 refusal?.description
-                    == "No wake phrase is set: add `[hands_free] wake_phrase = \"start dictation\"` to config.toml, then `systemctl --user restart sttd`."
+                    == "No wake phrase is set: add `[hands_free] wake_phrase = \"wake up computer\"` to config.toml, then `systemctl --user restart sttd`."
             )
         }
         let marks = #expect(throws: WakePhraseRefusal.self) { try WakePhrase("?!") }
@@ -102,7 +102,7 @@ import Testing
         let refusal = #expect(throws: WakePhraseRefusal.self) { try WakePhrase(phrase) }
         #expect(
             refusal?.description
-                == "“\(phrase)” is a single short word; sttd would wake on every word that sounds like it. Use two words or more, like “start dictation”: set `[hands_free] wake_phrase` in config.toml, then `systemctl --user restart sttd`."
+                == "“\(phrase)” is a single short word; sttd would wake on every word that sounds like it. Use two words or more, like “wake up computer”: set `[hands_free] wake_phrase` in config.toml, then `systemctl --user restart sttd`."
         )
     }
 

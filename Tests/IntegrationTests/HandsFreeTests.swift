@@ -9,13 +9,19 @@ extension Integration {
     /// a LibriVox clip follows, and sttd (real engine) starts a session on the phrase.
     @Suite("Hands-free dictation", .serialized)
     struct HandsFreeTests {
-        static let phrase = "start dictation"
+        /// Moonshine hears espeak-ng say it right in every voice tried (docs/performance.md, row 21).
+        static let phrase = "wake up computer"
         static let config = "[hands_free]\nwake_phrase = \"\(phrase)\"\nauto_stop_ms = 2000\n"
 
-        /// The phrase, half a second of silence, then `clip`.
+        /// A second of silence, the phrase, half a second of silence, then `clip`. The silence
+        /// first is the room before the user speaks: the headless server's microphone delivers
+        /// nothing while nothing plays, and Moonshine hears nothing in a phrase that begins with
+        /// the stream's very first sample.
         static func phraseThen(_ clip: [Int16]) async throws -> [Int16] {
             let spoken = try await SpokenAudio.synthesize(phrase, voice: "en-us", wordsPerMinute: 160)
-            return SpokenAudio.concatenate([spoken, SpokenAudio.silence(seconds: 0.5), clip])
+            return SpokenAudio.concatenate([
+                SpokenAudio.silence(seconds: 1), spoken, SpokenAudio.silence(seconds: 0.5), clip,
+            ])
         }
 
         static func captureStreams(_ sttd: SttdFixture) async throws -> String {
@@ -33,20 +39,29 @@ extension Integration {
             return 100 * Double(reference.filter(said.contains).count) / Double(max(1, reference.count))
         }
 
+        /// What the listener logged (segment lengths, never words): for a wake that did not come.
+        static func listenerLog(_ sttd: SttdFixture) -> String {
+            sttd.log.split(separator: "\n").filter { $0.contains("wake") || $0.contains("hands-free") }
+                .joined(separator: "\n")
+        }
+
         @Test func thePhraseStartsASessionThatTypesTheClipAndRearms() async throws {
             let window = try await ReceivingWindow.open(.x11)
             defer { window.close() }
             let sttd = try await DesktopDictationTests.sttd(on: window, config: Self.config)
             let recorder = try await sttd.record()
             let on = try sttd.sttctl(["hands-free", "on"])
-            #expect(on.status == 0 && on.stdout.contains("armed — say “start dictation”"), "\(on)")
+            #expect(on.status == 0 && on.stdout.contains("armed — say “wake up computer”"), "\(on)")
             #expect(try await sttd.property("HandsFree") == .string("armed"))
             #expect(try await sttd.property("State") == .string("idle"), "armed is not listening")
-            #expect(try await Self.captureStreams(sttd).contains("hands-free: waiting for “start dictation”"))
+            #expect(try await Self.captureStreams(sttd).contains("hands-free: waiting for “wake up computer”"))
 
             let clip = try LibriVox.recordings()[0]
             try await sttd.pulse.play(try await Self.phraseThen(try wavSamples(clip.path)))
-            try await recorder.wait("a session by the phrase, ended by auto-stop", timeout: .seconds(60)) { _ in
+            try await recorder.wait(
+                "a session by the phrase, ended by auto-stop; the listener's log:\n\(Self.listenerLog(sttd))",
+                timeout: .seconds(60)
+            ) { _ in
                 recorder.changes(of: "State").compactMap(\.string).suffix(2) == ["stopping", "idle"]
             }
             let signals = recorder.signals
@@ -58,7 +73,7 @@ extension Integration {
                 }, "nothing heard while waiting is signalled")
             let transcript = try #require(try await sttd.property("Transcript")?.string)
             #expect(Self.wordsFound(clip.reference, in: transcript) >= 80, "\(transcript) / \(clip.reference)")
-            #expect(!transcript.lowercased().contains("dictation"), "the phrase is not dictated: \(transcript)")
+            #expect(!transcript.lowercased().contains("computer"), "the phrase is not dictated: \(transcript)")
             try await window.waitForText(transcript)
             try await recorder.wait("armed again") { _ in Self.handsFree(recorder).suffix(2) == ["dictating", "armed"] }
             let history = try sttd.sttctl(["history", "--json"]).stdout
@@ -92,16 +107,23 @@ extension Integration {
 
             let clip = try wavSamples(recordings[2].path)
             try await sttd.pulse.play(try await Self.phraseThen(clip))
-            try await recorder.wait("a session by the phrase, ended by auto-stop", timeout: .seconds(60)) { _ in
+            try await recorder.wait(
+                "a session by the phrase, ended by auto-stop; the listener's log:\n\(Self.listenerLog(sttd))",
+                timeout: .seconds(60)
+            ) { _ in
                 Self.handsFree(recorder).suffix(2) == ["dictating", "armed"]
             }
             #expect(server.connections.count == 1)
             let heard = try #require(server.connections.first).audio.samples
             let phrase = try await SpokenAudio.synthesize(Self.phrase, voice: "en-us", wordsPerMinute: 160)
+            // The clip is in what the server heard, beginning sooner than the phrase lasts: had
+            // the phrase been sent, the clip would begin after it.
             let clipMatch = SpokenAudio.envelopeCorrelation(of: clip, in: heard)
-            let phraseMatch = SpokenAudio.envelopeCorrelation(of: phrase, in: heard)
+            let phraseFrames = phrase.count / SpokenAudio.envelopeFrame
             #expect(clipMatch.correlation >= 0.9, "the server heard the clip: \(clipMatch)")
-            #expect(phraseMatch.correlation <= 0.5, "and not the phrase: \(phraseMatch)")
+            #expect(
+                (0..<phraseFrames).contains(clipMatch.lag),
+                "from the phrase's end on, not the phrase (\(phraseFrames) frames): \(clipMatch)")
             let transcript = try #require(try await sttd.property("Transcript")?.string)
             #expect(transcript.contains("cloud"), "the session's text is the server's: \(transcript)")
         }
