@@ -31,6 +31,11 @@ enum Benchmarks {
         Benchmark(name: "offline fallback: seam and takeover time", run: FallbackBenchmarks.fallbackSeam),
         Benchmark(name: "voice commands: cost per final", run: DictationBenchmarks.costPerFinal),
         Benchmark(name: "Wayland input method latency", run: WaylandBenchmarks.inputMethodLatency),
+        Benchmark(name: "hands-free: CPU armed in a quiet room", run: HandsFreeBenchmarks.armedInQuietRoom),
+        Benchmark(name: "hands-free: CPU armed while people talk", run: HandsFreeBenchmarks.armedWhileTalking),
+        Benchmark(name: "hands-free: wake rate", run: HandsFreeBenchmarks.wakeRate),
+        Benchmark(name: "hands-free: false wakes", run: HandsFreeBenchmarks.falseWakes),
+        Benchmark(name: "hands-free: phrase end to listening", run: HandsFreeBenchmarks.phraseEndToListening),
     ]
 
     /// Peak RSS in kB seen in benchmarks 3 (remote) and 4 (local), for row 6.
