@@ -1,6 +1,7 @@
 import DBus
 import Foundation
 import Recognition
+import SpeechAPI
 import TestSupport
 
 /// Rows 19–23: hands-free dictation (issue 42). sttd with Moonshine listens for the wake phrase
@@ -8,7 +9,7 @@ import TestSupport
 /// noise (``SpokenAudio``) for a quiet room and for 15 dB SNR. Rows 20 and 22 share one run
 /// (HandsFreeTalkBenchmark.swift).
 enum HandsFreeBenchmarks {
-    static let phrase = "start dictation"
+    static let phrase = "wake up computer"
     static let voices = ["en-us", "en", "en-gb-x-rp", "en-gb-scotland", "en-029", "en-us+f3"]
     static let speeds = [130, 190]
     /// A quiet room's noise, under the clean trials (digital silence would flatter the detector).
@@ -27,7 +28,7 @@ enum HandsFreeBenchmarks {
             """
         let sttd = try await SttdFixture(
             config: config, environment: ["STTD_LOG_LEVEL": logLevel], sharedMemoryAudio: true)
-        try await sttd.call("SetHandsFree", [.boolean(true)])
+        try await sttd.speech.call(Speech1.setHandsFree, true)
         try await waitForHandsFree(sttd, "armed")
         return sttd
     }
