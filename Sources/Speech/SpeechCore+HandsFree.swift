@@ -107,6 +107,11 @@ extension SpeechCore {
                 return SpeechError(error)
             }
             setMicrophone(.authorized)
+            // Another arming or re-arm opened one while this one waited: one capture is enough.
+            if handsFree.listener != nil {
+                capture.cancel()
+                return await startWakeStream()
+            }
             handsFree.captures += 1
             let id = handsFree.captures
             handsFree.listener = WakeListener(id: id, capture: capture, relay: relay)
@@ -124,7 +129,8 @@ extension SpeechCore {
 
     private func startWakeStream() async -> SpeechError? {
         guard let relay = handsFree.listener?.relay else { return .internal("the hands-free microphone is closed") }
-        handsFree.generation += 1
+        // One wake stream at a time: a stream left running would keep the core's run() waiting.
+        stopWakeStream()
         let generation = handsFree.generation
         let options = StreamOptions(
             language: settings.language, interimResults: false, servedTo: "hands-free",
@@ -136,8 +142,12 @@ extension SpeechCore {
         } catch {
             return SpeechError(error)
         }
-        // Disarmed, closed or superseded while the stream started.
-        guard generation == handsFree.generation, handsFree.listener != nil else {
+        // The capture was lost or closed while the stream started, or another stream took over.
+        guard handsFree.listener != nil else {
+            stream.cancel()
+            return .microphoneUnavailable("The microphone closed while hands-free dictation started; sttd tries again.")
+        }
+        guard generation == handsFree.generation else {
             stream.cancel()
             return nil
         }
@@ -182,7 +192,7 @@ extension SpeechCore {
         let cut = Int(((result.audioEnd ?? 0) * Double(AudioFormat.sampleRate)).rounded())
         let microphone = listener.relay.handOver(fromSample: cut)
         stopWakeStream()
-        handsFree.handOver = (microphone, match.remainder)
+        handsFree.handOver = (microphone, Self.wordsAfter(match, of: phrase))
         setHandsFreeState(.dictating)
         let options = configuration.handsFree
         call({ .start($0, StartOptions(autoStopMilliseconds: options.autoStopMilliseconds, output: options.output)) }) {
@@ -190,6 +200,19 @@ extension SpeechCore {
         }
         // Taken by `open()`; left over only when the start did not open a session.
         handsFree.handOver = nil
+    }
+
+    /// The words said after the phrase. Moonshine sometimes repeats a short phrase heard in
+    /// noise ("Wake up computer wake up computer…"): the repeats are not dictation.
+    static func wordsAfter(_ match: WakeMatch, of phrase: WakePhrase) -> String {
+        var words = match.remainder
+        for _ in 0..<16 {
+            guard let again = phrase.match(words) else { break }
+            words = again.remainder
+        }
+        // A repeat cut short ("… wake") is a repeat too.
+        let bare = String(words.lowercased().filter { $0.isLetter || $0 == " " }).trimmingCharacters(in: .whitespaces)
+        return !bare.isEmpty && phrase.phrase.lowercased().hasPrefix(bare) ? "" : words
     }
 
     /// The microphone for the session opening now, and the words said after the phrase: the

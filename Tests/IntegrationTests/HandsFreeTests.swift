@@ -158,6 +158,14 @@ extension Integration {
             try await waitFor("armed again") { try await sttd.property("HandsFree") == .string("armed") }
         }
 
+        @Test func armAtStartArmsWhenSttdStarts() async throws {
+            let sttd = try await SttdFixture(config: Self.config + "arm_at_start = true\n")
+            try await waitFor("armed at start") { try await sttd.property("HandsFree") == .string("armed") }
+            #expect(try await sttd.property("WakePhrase") == .string(Self.phrase))
+            let status = try sttd.sttctl(["hands-free", "status", "--json"])
+            #expect(status.stdout.contains("\"state\":\"armed\""), "\(status)")
+        }
+
         @Test(arguments: [
             ("", "InvalidConfiguration", "wake_phrase"),
             ("[hands_free]\nwake_phrase = \"go\"\n", "InvalidConfiguration", "single short word"),

@@ -101,20 +101,21 @@ struct UtteranceSegmenterTests {
     }
 
     /// A phrase said with a short pause before what follows: its piece ends 240 ms into the
-    /// pause, so the session's audio starts right there. A pause before 0.8 s does not cut.
-    @Test func wakeModeCutsAtAPauseAfterPointEightSeconds() {
+    /// pause, so the session's audio starts right there. A pause before 1.5 s does not cut (in
+    /// noise, the gaps between a phrase's words look like pauses).
+    @Test func wakeModeCutsAtAPauseAfterOneAndAHalfSeconds() {
         var segmenter = UtteranceSegmenter(wakeSegments: .seconds(3))
-        // 1 s of speech, 300 ms of pause (under the 600 ms hangover), 2 s more speech.
-        let events = segmenter.append(tone(50, dbfs: -20) + silence(15) + tone(100, dbfs: -20) + silence(50))
-        #expect(outline(events) == ["started", "split 0-62", "ended"])
-        // 0.5 s, a pause, 1 s: the first pause is too early; the second one cuts.
+        // 1.6 s of speech, 300 ms of pause (under the 600 ms hangover), 2 s more speech.
+        let events = segmenter.append(tone(80, dbfs: -20) + silence(15) + tone(100, dbfs: -20) + silence(50))
+        #expect(outline(events) == ["started", "split 0-92", "ended"])
+        // 1.2 s, a pause, 1 s: the first pause is too early; the second one cuts.
         var early = UtteranceSegmenter(wakeSegments: .seconds(3))
-        let later = early.append(tone(25, dbfs: -20) + silence(15) + tone(50, dbfs: -20) + silence(50))
-        #expect(outline(later) == ["started", "paused", "resumed", "split 0-102", "ended"])
-        // Without wake mode, 1 s is no reason to cut at a pause.
+        let later = early.append(tone(60, dbfs: -20) + silence(15) + tone(50, dbfs: -20) + silence(50))
+        #expect(outline(later) == ["started", "paused", "resumed", "split 0-137", "ended"])
+        // Without wake mode, 1.6 s is no reason to cut at a pause.
         var normal = UtteranceSegmenter()
-        let whole = normal.append(tone(50, dbfs: -20) + silence(15) + tone(100, dbfs: -20) + silence(50))
-        #expect(outline(whole) == ["started", "paused", "resumed", "split 0-177", "ended"])
+        let whole = normal.append(tone(80, dbfs: -20) + silence(15) + tone(100, dbfs: -20) + silence(50))
+        #expect(outline(whole) == ["started", "paused", "resumed", "split 0-207", "ended"])
     }
 
     /// Speech that resumes within the hangover belongs to the skipped utterance; after the
@@ -122,9 +123,9 @@ struct UtteranceSegmenterTests {
     @Test func wakeModeDecodesTheNextUtteranceAfterTheHangover() {
         var segmenter = UtteranceSegmenter(wakeSegments: .seconds(3))
         let events = segmenter.append(
-            tone(60, dbfs: -20) + silence(20) + tone(50, dbfs: -20) + silence(50) + tone(50, dbfs: -20)
+            tone(80, dbfs: -20) + silence(20) + tone(50, dbfs: -20) + silence(50) + tone(80, dbfs: -20)
                 + silence(50))
-        // Resumed 400 ms after the cut: skipped. Then 1 s of quiet, and a new utterance at frame 180.
-        #expect(outline(events) == ["started", "split 0-72", "ended", "started", "split 180-242", "ended"])
+        // Resumed 400 ms after the cut: skipped. Then 1 s of quiet, and a new utterance at frame 200.
+        #expect(outline(events) == ["started", "split 0-92", "ended", "started", "split 200-292", "ended"])
     }
 }

@@ -76,4 +76,34 @@ struct NotificationTests {
             try await group.waitForAll()
         }
     }
+
+    /// Arming and disarming are shown (the one notification replaced); listening again after a
+    /// session is not.
+    @Test func armAndDisarmAreNotifiedButNotEachRearm() async throws {
+        var configuration = InProcessSttd.patientConfiguration
+        configuration.handsFree.wakePhrase = "wake up computer"
+        let sttd = try await InProcessSttd(configuration: configuration)
+        defer { sttd.cleanUp() }
+        let server = try await NotificationServer(busAddress: sttd.bus.address)
+        defer { server.stop() }
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            group.addTask { try await sttd.application.run() }
+            try await sttd.speech.call(Speech1.setHandsFree, true)
+            try await waitFor { server.notifications.count == 1 }
+            let armed = server.notifications[0]
+            #expect(armed.summary == "Hands-free on — say “wake up computer”")
+            #expect(armed.body.contains("stays on this computer"))
+            // A call's session while armed, then armed again: "Dictation on" and "stopped" only.
+            try await sttd.speech.call(Speech1.startTranscribing, StartRequest())
+            _ = try await sttd.speech.call(Speech1.stopTranscribing)
+            try await waitFor { try await sttd.speech.property(.handsFree) == "armed" }
+            try await sttd.speech.call(Speech1.setHandsFree, false)
+            try await waitFor { server.notifications.contains { $0.summary == "Hands-free off" } }
+            let summaries = server.notifications.map(\.summary)
+            #expect(summaries.filter { $0.hasPrefix("Hands-free") } == [armed.summary, "Hands-free off"], "\(summaries)")
+            #expect(server.notifications.last?.replacesID == armed.id, "replaced, not stacked")
+            await sttd.application.shutDown()
+            try await group.waitForAll()
+        }
+    }
 }

@@ -1,4 +1,5 @@
 import Capture
+import Dictation
 import Foundation
 import Recognition
 import Synchronization
@@ -207,6 +208,20 @@ struct HandsFreeCoreTests {
             #expect(error?.code == .notAuthorized && error?.message.contains("sttctl hands-free") == true)
             #expect(harness.microphone.streams.isEmpty)
         }
+    }
+}
+
+extension HandsFreeCoreTests {
+    /// Moonshine repeats a phrase heard in noise; the repeats are not typed.
+    @Test(arguments: [
+        ("Wake up computer wake up computer wake up computer wake", ""),
+        ("Wake up computer. Dear Anna,", "Dear Anna,"),
+        ("Wake up computer wake up computer. Dear Anna,", "Dear Anna,"),
+    ])
+    func repeatsOfThePhraseAreNotDictated(heard: String, words: String) throws {
+        let phrase = try WakePhrase("wake up computer")
+        let match = try #require(phrase.match(heard))
+        #expect(SpeechCore.wordsAfter(match, of: phrase) == words)
     }
 }
 

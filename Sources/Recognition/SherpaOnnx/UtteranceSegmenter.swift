@@ -94,10 +94,11 @@ struct UtteranceSegmenter {
     }
 
     /// Wake mode: each utterance's first piece only, at most `wakeSegments` long, cut at a pause
-    /// after 0.8 s (a phrase said with no pause before what follows still ends its piece early).
+    /// after 1.5 s (a phrase said with no pause before what follows still ends its piece early;
+    /// an earlier cut split slow phrases between their words in noise).
     init(wakeSegments: Duration) {
         self.init(
-            maxUtterance: wakeSegments, splitAtPauseAfter: min(.milliseconds(800), wakeSegments),
+            maxUtterance: wakeSegments, splitAtPauseAfter: min(.milliseconds(1500), wakeSegments),
             onlyUtteranceStarts: true)
     }
 
@@ -288,7 +289,10 @@ struct UtteranceSegmenter {
 
     private func threshold() -> Float {
         let floor = recent.min() ?? -100
-        return min(max(floor + 12, -50), -35)
+        // Dictation caps the threshold at -35 dBFS so that speech in a noisy room still counts;
+        // in wake mode that cap made noise at 15 dB under the phrase one long utterance, and the
+        // phrase was never an utterance's start. -25 dBFS: espeak-ng's phrase in row 21's noise.
+        return min(max(floor + 12, -50), onlyUtteranceStarts ? -25 : -35)
     }
 
     private mutating func remember(_ level: Float) {
