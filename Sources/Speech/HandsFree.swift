@@ -32,6 +32,8 @@ struct HandsFreeRecord {
     var arming: SetOnce<SpeechError?>?
     /// Off was asked for while arming: the arming closes what it opened.
     var disarmWhileArming = false
+    /// A re-arm in flight.
+    var resuming = false
     /// The microphone and the words after the phrase, for the session the phrase starts.
     var handOver: (microphone: any Microphone, remainder: String)?
     var retry: Scheduled<Void>?

@@ -26,6 +26,8 @@ extension SpeechCore {
         guard enabled else { return disarmHandsFree() }
         guard handsFree.state == .off else { return }
         if let arming = handsFree.arming {
+            // The latest call wins: an off asked for meanwhile no longer stands.
+            handsFree.disarmWhileArming = false
             if let error = await arming.value { throw error }
             return
         }
@@ -56,6 +58,7 @@ extension SpeechCore {
             return .backendUnavailable(
                 "Hands-free dictation needs the offline engine: \(engineError?.message ?? "it is not ready.")")
         }
+        if handsFree.disarmWhileArming { return nil }
         handsFree.phrase = phrase
         guard machine.state == .idle else {
             setHandsFreeState(.dictating)
@@ -95,12 +98,11 @@ extension SpeechCore {
         if handsFree.listener == nil {
             let relay = CaptureRelay(fallback: microphone)
             let source = settings.source
-            let phrase = handsFree.phrase?.phrase ?? ""
             let capture: any MicrophoneStream
             do throws(CaptureError) {
                 capture = try await microphone.open(
                     source: source.isEmpty ? nil : source,
-                    mediaName: "\(PulseAudio.defaultMediaName) (hands-free: waiting for “\(phrase)”)",
+                    mediaName: "\(PulseAudio.defaultMediaName) (hands-free: waiting for the wake phrase)",
                     deliver: relay.deliver)
             } catch {
                 setMicrophone(Self.microphoneStatus(for: error))
@@ -182,14 +184,16 @@ extension SpeechCore {
         guard generation == handsFree.generation, handsFree.state == .armed, machine.state == .idle,
             let listener = handsFree.listener, let phrase = handsFree.phrase
         else { return }
-        let seconds = (result.audioEnd ?? 0) - (result.audioStart ?? 0)
+        // Without its end, the cut would hand the session audio from before the phrase.
+        guard let end = result.audioEnd else { return }
+        let seconds = end - (result.audioStart ?? end)
         guard let match = phrase.match(result.text) else {
             logger.debug("wake segment: no match", metadata: ["seconds": "\(seconds)"])
             return
         }
         logger.info("wake phrase heard", metadata: ["distance": "\(match.distance)"])
         // The session's audio starts where the phrase's segment ended, to the sample.
-        let cut = Int(((result.audioEnd ?? 0) * Double(AudioFormat.sampleRate)).rounded())
+        let cut = Int((end * Double(AudioFormat.sampleRate)).rounded())
         let microphone = listener.relay.handOver(fromSample: cut)
         stopWakeStream()
         handsFree.handOver = (microphone, Self.wordsAfter(match, of: phrase))
@@ -235,8 +239,9 @@ extension SpeechCore {
         switch handsFree.state {
         // An arming in flight decides for itself once its microphone is open.
         case .off: if handsFree.arming == nil { closeListener() }
-        case .dictating: enqueueResume()
-        case .armed, .paused: break
+        // Paused while the session ran: its retry waited for idle.
+        case .dictating, .paused: enqueueResume()
+        case .armed: break
         }
     }
 
@@ -244,23 +249,34 @@ extension SpeechCore {
         _ = jobQueue.yield { [self] in await resumeListening() }
     }
 
+    /// One at a time: a second one queued meanwhile finds sttd armed, or resumes itself later.
     private func resumeListening() async {
-        guard machine.state == .idle, handsFree.state == .dictating || handsFree.state == .paused else { return }
+        guard !handsFree.resuming, machine.state == .idle,
+            handsFree.state == .dictating || handsFree.state == .paused
+        else { return }
+        handsFree.resuming = true
+        defer { handsFree.resuming = false }
+        handsFree.retry?.cancel()
         handsFree.retry = nil
         if let error = await openListener() {
             return pause(because: error)
         }
-        // Disarmed, or a session started, while it opened.
-        guard handsFree.state == .dictating || handsFree.state == .paused, machine.state == .idle else {
-            if handsFree.state == .off { closeListener() } else { stepAside() }
-            return
+        if handsFree.state == .off {
+            closeListener()
+        } else if machine.state != .idle {
+            // A session opened while it reopened: it steps aside until that ends.
+            stepAside()
+            setHandsFreeState(.dictating)
+        } else {
+            handsFree.retryDelay = HandsFreeRecord.firstRetry
+            setHandsFreeState(.armed)
         }
-        handsFree.retryDelay = HandsFreeRecord.firstRetry
-        setHandsFreeState(.armed)
     }
 
     /// The listener stops decoding and drops audio while a call's session runs.
     private func stepAside() {
+        handsFree.retry?.cancel()
+        handsFree.retry = nil
         stopWakeStream()
         handsFree.listener?.relay.park()
     }
@@ -316,6 +332,10 @@ extension SpeechCore {
             try await setHandsFree(true)
         } catch {
             logger.warning("hands-free could not be armed at start", metadata: ["reason": "\(error.message)"])
+            // At login the sound server may not be up yet: paused, retrying, as after a lost microphone.
+            guard error.code == .microphoneUnavailable, handsFree.state == .off, handsFree.phrase != nil else { return }
+            setHandsFreeState(.paused)
+            pause(because: error)
         }
     }
 

@@ -92,7 +92,7 @@ public struct DesktopNotifier: Sendable {
     static func handsFreeNotice(_ state: HandsFreeState, before: HandsFreeState, phrase: String) -> (String, String)? {
         switch state {
         case .off:
-            return ("Hands-free off", "The microphone is closed.")
+            return ("Hands-free off", "sttd no longer listens for the phrase.")
         case .armed where before == .off || before == .paused, .dictating where before == .off:
             return (
                 "Hands-free on — say “\(phrase)”",

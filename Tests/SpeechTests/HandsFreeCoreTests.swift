@@ -225,6 +225,42 @@ extension HandsFreeCoreTests {
     }
 }
 
+extension HandsFreeCoreTests {
+    /// on, off, on while the microphone opens: the last call wins, and it said on.
+    @Test func theLastOfOnOffOnDuringArmingWins() async throws {
+        let harness = try await Self.harness()
+        try await harness.run {
+            harness.microphone.holdOpens()
+            let first = Task { [core = harness.core] in try await core.setHandsFree(true) }
+            try await waitFor("the microphone opening") { harness.microphone.opensInFlight == 1 }
+            try await harness.core.setHandsFree(false)
+            let last = Task { [core = harness.core] in try await core.setHandsFree(true) }
+            try await waitFor("the second on joining the arming") { await harness.core.handsFree.arming != nil }
+            harness.microphone.releaseOpens()
+            try await first.value
+            try await last.value
+            #expect(await harness.core.handsFreeState == .armed)
+            #expect(harness.microphone.openStreams == 1)
+        }
+    }
+
+    /// A re-arm that fails while a call's session runs leaves sttd paused; it tries again when
+    /// that session ends.
+    @Test func pausedDuringASessionTriesAgainWhenItEnds() async throws {
+        let harness = try await Self.harness()
+        try await harness.run {
+            try await harness.core.setHandsFree(true)
+            try #require(harness.microphone.current).lose()
+            try await harness.log.wait("paused") { Self.handsFreeStates($0).last == .paused }
+            _ = try await harness.start()
+            #expect(await harness.core.handsFreeState == .dictating)
+            _ = await harness.core.stop()
+            try await harness.log.wait("armed again") { Self.handsFreeStates($0).last == .armed }
+            #expect(harness.microphone.openStreams == 1)
+        }
+    }
+}
+
 extension FakeRecognitionStream {
     /// A final whose audio ends `end` seconds into the stream.
     func final(_ text: String, end: Double) {
