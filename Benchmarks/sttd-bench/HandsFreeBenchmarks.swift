@@ -1,4 +1,5 @@
 import DBus
+import Dictation
 import Foundation
 import Recognition
 import SpeechAPI
@@ -239,49 +240,12 @@ enum HandsFreeBenchmarks {
     }
 }
 
-/// The matching rule's distance (plan §3), for reporting how near a text came to the phrase even
-/// when it did not match (the service's matcher answers only matches): over the first k words,
-/// k = |P|-1 … |P|+1, after at most one filler word, the least letter edit distance to the phrase.
+/// The service's matching rule (`WakePhrase`), for reporting how near a text came to the phrase.
 enum WakeDistance {
-    static let fillers: Set<String> = ["uh", "um", "okay", "ok", "hey"]
-
-    /// Lowercased words of letters and digits; apostrophes dropped, hyphens split words.
-    static func words(_ text: String) -> [String] {
-        text.lowercased().replacingOccurrences(of: "'", with: "").replacingOccurrences(of: "’", with: "")
-            .split(whereSeparator: { !($0.isLetter || $0.isNumber) }).map(String.init)
-    }
-
     static func distance(phrase: String, text: String) -> Int {
-        let target = words(phrase)
-        let letters = Array(target.joined())
-        var said = words(text)
-        var best = Int.max
-        for _ in 0..<2 {
-            for count in max(1, target.count - 1)...(target.count + 1) where count <= said.count {
-                best = min(best, levenshtein(letters, Array(said.prefix(count).joined())))
-            }
-            guard let first = said.first, fillers.contains(first) else { break }
-            said.removeFirst()
-        }
-        return best == .max ? letters.count : best
+        guard let wake = try? WakePhrase(phrase) else { return Int.max }
+        return wake.nearest(text)?.distance ?? phrase.count
     }
 
-    /// Whether the rule would wake on `text`: d ≤ ⌊letters/7⌋ and the first letters agree.
-    static func matches(phrase: String, text: String) -> Bool {
-        let target = words(phrase).joined()
-        let said = words(text).drop { fillers.contains($0) }.joined()
-        return distance(phrase: phrase, text: text) <= target.count / 7 && said.first == target.first
-    }
-
-    static func levenshtein(_ a: [Character], _ b: [Character]) -> Int {
-        var previous = Array(0...b.count)
-        for (i, x) in a.enumerated() {
-            var current = [i + 1]
-            for (j, y) in b.enumerated() {
-                current.append(min(previous[j] + (x == y ? 0 : 1), previous[j + 1] + 1, current[j] + 1))
-            }
-            previous = current
-        }
-        return previous[b.count]
-    }
+    static func matches(phrase: String, text: String) -> Bool { (try? WakePhrase(phrase))?.match(text) != nil }
 }

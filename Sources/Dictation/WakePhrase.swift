@@ -66,6 +66,15 @@ public struct WakePhrase: Sendable, Equatable {
     /// Whether `segmentText`, an engine's text of the start of an utterance, begins with the
     /// phrase (after at most one filler word); nil when it does not.
     public func match(_ segmentText: String) -> WakeMatch? {
+        guard let nearest = nearest(segmentText), nearest.distance <= letters.count / Self.lettersPerEdit else {
+            return nil
+        }
+        return nearest
+    }
+
+    /// The reading of `segmentText` closest to the phrase, whether or not it is close enough to
+    /// wake (for measuring near misses); nil when no reading's first letter agrees.
+    public func nearest(_ segmentText: String) -> WakeMatch? {
         let pieces = Words.split(segmentText)
         let spoken = Self.spokenWords(of: pieces)
         let starts = spoken.first.map { Self.fillers.contains($0.key) } == true ? [0, 1] : [0]
@@ -80,7 +89,7 @@ public struct WakePhrase: Sendable, Equatable {
                 if distance < best?.distance ?? Int.max { best = (distance, spoken[start + count - 1]) }
             }
         }
-        guard let best, best.distance <= letters.count / Self.lettersPerEdit else { return nil }
+        guard let best else { return nil }
         return WakeMatch(remainder: Self.remainder(after: best.last, in: pieces), distance: best.distance)
     }
 

@@ -43,9 +43,14 @@ extension SpeechCore {
         let backend = fellBack == nil ? pipeline.backend : .local
         publish(.activeBackend(backend))
         beginHistory(pipeline, backend: backend)
-        // Stored, typed and signalled like any final; a voice command in it works.
-        if let words = session?.firstWords, !words.isEmpty {
-            perform(editor.apply(RecognitionResult(text: words, isFinal: true), dictation: sessionDictation))
+        // The phrase's utterance goes on: a command that must be said alone ("press enter" from a
+        // TV after a false wake) stays text in it. The words after the phrase are its first final.
+        if let words = session?.firstWords {
+            editor.continueUtterance()
+            if !words.isEmpty {
+                let first = RecognitionResult(text: words, isFinal: true, endsUtterance: false)
+                perform(editor.apply(first, dictation: sessionDictation))
+            }
         }
         if let after = session?.autoStopAfter {
             session?.autoStop = AutoStop(

@@ -81,6 +81,10 @@ struct TranscriptEditor {
         return effects
     }
 
+    /// The session begins inside an utterance already under way (the wake phrase's): until it
+    /// ends, a command in it is text, as at the end of a sentence.
+    mutating func continueUtterance() { utteranceOpen = true }
+
     /// The utterance ended (a pause, or the session's end): a command held for it is carried out.
     mutating func utteranceEnded(dictation: Dictation, ending: Bool = false) -> [Effect] {
         utteranceOpen = false

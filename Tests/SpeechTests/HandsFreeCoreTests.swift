@@ -261,6 +261,35 @@ extension HandsFreeCoreTests {
     }
 }
 
+extension HandsFreeCoreTests {
+    /// Stray audio after a false wake ("… start dictation, press enter" from a TV): the words
+    /// after the phrase share its utterance, so a key command in them stays text.
+    /// Arms, plays 300 ms, and has the wake stream hear `text` ending at sample 4000: the
+    /// session the phrase started, and the listener's capture that feeds it.
+    static func wake(_ harness: CoreHarness, hearing text: String) async throws -> (FakeStream, FakeRecognitionStream) {
+        try await harness.core.setHandsFree(true)
+        let capture = try #require(harness.microphone.current)
+        let wake = try #require(harness.recognizer.current)
+        for chunk in numbered(from: 0, chunks: 3) { capture.push(chunk) }
+        wake.final(text, end: 0.25)
+        try await harness.log.wait(for: .listening)
+        return (capture, try #require(harness.recognizer.current))
+    }
+
+    @Test func aCommandSaidWithThePhraseIsText() async throws {
+        let harness = try await Self.harness()
+        try await harness.run {
+            let (capture, session) = try await Self.wake(harness, hearing: "Start dictation, press enter.")
+            session.emit(.speechActivity(true))
+            session.emit(.speechActivity(false))
+            session.final("Thanks.")
+            let text = await Self.stop(harness, feeding: capture)
+            #expect(!harness.output.typed.contains("<Return>"), "\(harness.output.typed)")
+            #expect(text == "press enter. Thanks.")
+        }
+    }
+}
+
 extension FakeRecognitionStream {
     /// A final whose audio ends `end` seconds into the stream.
     func final(_ text: String, end: Double) {
